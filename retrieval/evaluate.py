@@ -1,0 +1,180 @@
+"""The evaluation harness behind ``toolrank eval``: rank-based metrics per stage and style."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .catalog import CatalogError, ToolId
+from .eligibility import Eligibility
+from .hits import Hit
+from .index import ToolIndex
+
+__all__ = ["Query", "load_queries", "evaluate", "format_report", "STAGES", "draw_organisation"]
+
+log = logging.getLogger(__name__)
+STAGES = ("bm25", "dense", "hybrid", "scorer")
+
+# A reranker takes (request, need, hybrid hits, eligibility) and returns tool ids best first.
+Reranker = Callable[[str, "str | None", list[Hit], Eligibility | None], list[ToolId]]
+
+
+@dataclass(frozen=True)
+class Query:
+    id: str
+    query: str
+    target: ToolId
+    need: str | None = None
+    style: str | None = None
+    split: str | None = None
+    acceptable: tuple[ToolId, ...] = field(default=())
+
+    @property
+    def lenient_targets(self) -> set[ToolId]:
+        return {self.target, *self.acceptable}
+
+
+def load_queries(path: str | Path, split: str | None = None) -> list[Query]:
+    """Read a queries JSONL file; ``split`` keeps only that split's lines."""
+    path = Path(path)
+    if not path.exists():
+        raise CatalogError(f"{path}: queries file not found")
+    out = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CatalogError(f"{path}, line {lineno}: invalid JSON: {exc.msg}") from None
+        missing = [k for k in ("query", "server", "tool") if not isinstance(row.get(k), str)]
+        if missing:
+            raise CatalogError(f"{path}, line {lineno}: missing or non-string field(s) {', '.join(missing)}")
+        if split is not None and row.get("split") != split:
+            continue
+        acc = tuple(ToolId(a["server"], a["tool"]) for a in row.get("acceptable") or [])
+        out.append(Query(str(row.get("id", lineno)), row["query"], ToolId(row["server"], row["tool"]),
+                         row.get("need"), row.get("style"), row.get("split"), acc))
+    if split is not None and not out:
+        raise CatalogError(f"{path}: no queries with split {split!r}")
+    return out
+
+
+def draw_organisation(servers: Sequence[str], must_include: str, size: int, rng: np.random.Generator) -> list[str]:
+    """A random organisation of ``size`` servers that includes ``must_include``."""
+    others = [s for s in servers if s != must_include]
+    size = min(size, len(servers))
+    picked = rng.choice(len(others), size=size - 1, replace=False) if size > 1 else []
+    return [must_include] + [others[i] for i in picked]
+
+
+def _rank_of(ranked: list[ToolId], targets: set[ToolId]) -> int | None:
+    for i, tid in enumerate(ranked, 1):
+        if tid in targets:
+            return i
+    return None
+
+
+def _summarise(ranks: list[int | None], lenient: list[int | None], styles: list[str | None]) -> dict:
+    def frac(rs, n):
+        return float(np.mean([r is not None and r <= n for r in rs])) if rs else 0.0
+    by_style: dict[str, dict] = {}
+    groups: dict[str, list[int | None]] = defaultdict(list)
+    for r, s in zip(ranks, styles):
+        groups[s or "-"].append(r)
+    for s, rs in sorted(groups.items()):
+        by_style[s] = {"top1": frac(rs, 1), "top5": frac(rs, 5), "n": len(rs)}
+    return {
+        "top1": frac(ranks, 1), "top5": frac(ranks, 5), "top20": frac(ranks, 20), "recall100": frac(ranks, 100),
+        "top1_lenient": frac(lenient, 1), "top5_lenient": frac(lenient, 5),
+        "by_style": by_style,
+    }
+
+
+def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str] = ("bm25", "dense", "hybrid"),
+             use_need: bool = False, org_size: int | None = None, seed: int = 0,
+             reranker: Reranker | None = None, show_progress: bool = False,
+             per_query: list | None = None) -> dict:
+    """Rank every query through each stage and report the labelled tool's position.
+
+    Raises:
+        ValueError: an unknown stage, or the ``scorer`` stage without a reranker.
+    """
+    queries = list(queries)
+    bad = [s for s in stages if s not in STAGES]
+    if bad:
+        raise ValueError(f"unknown stage(s) {bad}; choose from {', '.join(STAGES)}")
+    if "scorer" in stages and reranker is None:
+        raise ValueError("the 'scorer' stage needs a model: pass --model DIR or ship one in models/")
+    missing = [q.target for q in queries if q.target not in index.catalog]
+    if missing:
+        raise CatalogError(f"{len(missing)} queries name tools not in the index, e.g. {missing[0]}")
+    rng = np.random.default_rng(seed)
+    servers = index.catalog.servers
+    ranks = {s: [] for s in stages}
+    lenient = {s: [] for s in stages}
+    it: Iterable[Query] = queries
+    if show_progress:
+        from tqdm import tqdm
+        it = tqdm(queries, desc="eval", unit="q")
+    for q in it:
+        need = q.need if use_need else None
+        eligible = None
+        if org_size:
+            eligible = Eligibility.of(servers=draw_organisation(servers, q.target.server, org_size, rng))
+        qv = index.embed_query(q.query, need) if any(s in stages for s in ("dense", "hybrid", "scorer")) else None
+        hybrid_hits = None
+        row = {"id": q.id, "style": q.style}
+        for stage in stages:
+            if stage == "scorer":
+                if hybrid_hits is None:
+                    hybrid_hits = index.retrieve(q.query, need, eligible, k=100, query_vector=qv)
+                ranked = reranker(q.query, need, hybrid_hits, eligible)
+            else:
+                hits = index.retrieve(q.query, need, eligible, k=100, stage=stage, query_vector=qv)
+                if stage == "hybrid":
+                    hybrid_hits = hits
+                ranked = [h.tool_id for h in hits]
+            r = _rank_of(ranked, {q.target})
+            ranks[stage].append(r)
+            lenient[stage].append(_rank_of(ranked, q.lenient_targets))
+            row[stage] = r
+        if per_query is not None:
+            per_query.append(row)
+    styles = [q.style for q in queries]
+    return {
+        "n": len(queries), "org_size": org_size, "seed": seed, "use_need": use_need,
+        "examples": index.with_examples,
+        "stages": {s: _summarise(ranks[s], lenient[s], styles) for s in stages},
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report as a readable table."""
+    lines = [
+        f"queries: {report['n']}   org size: {report['org_size'] or 'all servers'}   seed: {report['seed']}   "
+        f"need: {'yes' if report['use_need'] else 'no (request alone)'}   examples indexed: {'yes' if report['examples'] else 'no'}",
+        "",
+        f"{'stage':<8} {'top1':>7} {'top5':>7} {'top20':>7} {'rec100':>7} {'top1 len':>9} {'top5 len':>9}",
+    ]
+    for stage, m in report["stages"].items():
+        lines.append(f"{stage:<8} {m['top1']:>7.1%} {m['top5']:>7.1%} {m['top20']:>7.1%} {m['recall100']:>7.1%} "
+                     f"{m['top1_lenient']:>9.1%} {m['top5_lenient']:>9.1%}")
+    styles = sorted({s for m in report["stages"].values() for s in m["by_style"]})
+    if styles and styles != ["-"]:
+        lines += ["", "by style (top1 / top5):", f"{'stage':<8} " + " ".join(f"{s:>17}" for s in styles)]
+        for stage, m in report["stages"].items():
+            cells = []
+            for s in styles:
+                v = m["by_style"].get(s)
+                cells.append(f"{v['top1']:>7.1%} / {v['top5']:>6.1%}" if v else f"{'-':>17}")
+            lines.append(f"{stage:<8} " + " ".join(cells))
+        counts = next(iter(report["stages"].values()))["by_style"]
+        lines.append(f"{'n':<8} " + " ".join(f"{counts.get(s, {}).get('n', 0):>17}" for s in styles))
+    return "\n".join(lines)

@@ -1,0 +1,22 @@
+"""The record every retrieval stage returns: one candidate tool with its evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .catalog import ToolId
+
+__all__ = ["Hit"]
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A retrieved candidate. Ranks are 1-based; ``None`` means "not in that list"."""
+
+    tool_id: ToolId
+    rank: int
+    score: float
+    bm25_rank: int | None = None
+    bm25_score: float | None = None
+    dense_rank: int | None = None
+    dense_score: float | None = None

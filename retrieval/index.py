@@ -1,0 +1,295 @@
+"""The hybrid tool index: BM25 + dense passages in FAISS, fused by weighted RRF.
+
+Build it from a :class:`Catalog`, query it with :meth:`ToolIndex.retrieve`, update one
+server at a time (only changed tools are re-embedded), and persist it atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Iterable, Literal
+
+import numpy as np
+
+from .bm25 import BM25Index
+from .catalog import Catalog, CatalogError, Tool, ToolId
+from .dense import DenseIndex
+from .eligibility import Eligibility
+from .encoder import Encoder, OnnxEncoder
+from .fusion import FusionConfig, reciprocal_rank_fusion
+from .hits import Hit
+from .text import tool_document, tool_passages
+
+__all__ = ["ToolIndex", "IndexLoadError", "FORMAT_VERSION", "Stage"]
+
+log = logging.getLogger(__name__)
+FORMAT_VERSION = 1
+Stage = Literal["bm25", "dense", "hybrid"]
+
+
+class IndexLoadError(ValueError):
+    """An index folder that is missing, incomplete, or from an incompatible version."""
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("toolrank")
+    except Exception:  # not installed: running from a checkout
+        return "0.1.0+local"
+
+
+class ToolIndex:
+    """Hybrid retrieval over one catalog. Thread-safe for concurrent reads and one writer."""
+
+    def __init__(self, catalog: Catalog, encoder: Encoder, *, with_examples: bool = True,
+                 fusion: FusionConfig | None = None,
+                 vectors: dict[ToolId, tuple[str, np.ndarray]] | None = None, version: int = 1,
+                 show_progress: bool = False, bm25: BM25Index | None = None):
+        self.encoder = encoder
+        self.with_examples = with_examples
+        self.fusion = fusion or FusionConfig()
+        self.version = version
+        self._lock = threading.RLock()
+        self._vectors: dict[ToolId, tuple[str, np.ndarray]] = dict(vectors or {})
+        self._rebuild(catalog, show_progress=show_progress, bm25=bm25)
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def build(cls, catalog: Catalog, *, encoder: Encoder | None = None, with_examples: bool = True,
+              fusion: FusionConfig | None = None, show_progress: bool = False) -> "ToolIndex":
+        """Index every tool of ``catalog`` (with its example requests unless ``with_examples=False``)."""
+        return cls(catalog, encoder or OnnxEncoder(), with_examples=with_examples, fusion=fusion,
+                   show_progress=show_progress)
+
+    def _embed_missing(self, tools: list[Tool], show_progress: bool) -> int:
+        """Embed tools whose content changed since they were last embedded; returns how many."""
+        todo = [t for t in tools if self._vectors.get(t.id, ("", None))[0] != t.content_hash()]
+        if not todo:
+            return 0
+        texts, owners = [], []
+        for i, t in enumerate(todo):
+            passages = tool_passages(t, with_examples=self.with_examples)
+            texts.extend(passages)
+            owners.extend([i] * len(passages))
+        vecs = self.encoder.encode(texts, show_progress=show_progress)
+        owners_arr = np.asarray(owners)
+        for i, t in enumerate(todo):
+            self._vectors[t.id] = (t.content_hash(), vecs[owners_arr == i])
+        return len(todo)
+
+    def _rebuild(self, catalog: Catalog, show_progress: bool = False, bm25: BM25Index | None = None) -> int:
+        embedded = self._embed_missing(catalog.tools, show_progress)
+        live = {t.id for t in catalog.tools}
+        self._vectors = {k: v for k, v in self._vectors.items() if k in live}
+        rows = {t.id: i for i, t in enumerate(catalog.tools)}
+        docs = [tool_document(t, with_examples=self.with_examples) for t in catalog.tools]
+        dim = getattr(self.encoder, "dim", 384)
+        parts = [self._vectors[t.id][1] for t in catalog.tools]
+        vectors = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+        owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(parts)]) if parts else np.zeros(0, int)
+        bm25 = bm25 if bm25 is not None and bm25.n_docs == len(docs) else BM25Index.build(docs)
+        dense = DenseIndex(vectors, owner, len(catalog.tools))
+        servers = catalog.servers
+        server_code = {s: i for i, s in enumerate(servers)}
+        server_of = np.array([server_code[t.server] for t in catalog.tools], dtype=np.int64)
+        with self._lock:  # swap everything at once: readers see the old or the new index
+            self.catalog, self._rows, self._bm25, self._dense = catalog, rows, bm25, dense
+            self._servers, self._server_code, self._server_of = servers, server_code, server_of
+        return embedded
+
+    # ------------------------------------------------------------------ updates
+
+    def upsert_server(self, name: str, description: str, tools: Iterable[Tool]) -> int:
+        """Replace one server's tools (adding the server if new); returns how many were re-embedded."""
+        new_tools = [Tool(name, t.name, t.description, t.input_schema, description, t.examples) for t in tools]
+        seen: set[str] = set()
+        for t in new_tools:
+            if t.name in seen:
+                raise CatalogError(f"server '{name}': duplicate tool name '{t.name}'")
+            seen.add(t.name)
+        with self._lock:
+            others = [t for t in self.catalog.tools if t.server != name]
+            descs = {k: v for k, v in self.catalog.server_descriptions.items() if k != name}
+            descs[name] = description
+            before = len(self._vectors)
+            n = self._rebuild(Catalog(others + new_tools, descs))
+            self.version += 1
+            log.info("upserted server %r: %d tools, %d re-embedded (%d cached before)", name, len(new_tools), n, before)
+            return n
+
+    def remove_server(self, name: str) -> int:
+        """Remove one server's tools; returns how many were removed (0 if the server is unknown)."""
+        with self._lock:
+            keep = [t for t in self.catalog.tools if t.server != name]
+            removed = len(self.catalog.tools) - len(keep)
+            if removed:
+                descs = {k: v for k, v in self.catalog.server_descriptions.items() if k != name}
+                self._rebuild(Catalog(keep, descs))
+                self.version += 1
+            return removed
+
+    # ------------------------------------------------------------------ search
+
+    def _mask(self, eligible: Eligibility | None) -> np.ndarray | None:
+        if eligible is None or eligible.unrestricted:
+            return None
+        mask = np.ones(len(self.catalog.tools), dtype=bool)
+        if eligible.servers is not None:
+            codes = [self._server_code[s] for s in eligible.servers if s in self._server_code]
+            mask &= np.isin(self._server_of, np.asarray(codes, dtype=np.int64))
+        if eligible.tools is not None:
+            allowed = np.zeros_like(mask)
+            idx = [self._rows[t] for t in eligible.tools if t in self._rows]
+            allowed[idx] = True
+            mask &= allowed
+        return mask
+
+    @staticmethod
+    def query_text(request: str, need: str | None) -> str:
+        return f"{request}\n{need}" if need and need.strip() else request
+
+    def embed_query(self, request: str, need: str | None = None) -> np.ndarray:
+        return self.encoder.encode([self.query_text(request, need)])[0]
+
+    def retrieve(self, request: str, need: str | None = None, eligible: Eligibility | None = None,
+                 k: int = 100, *, stage: Stage = "hybrid", query_vector: np.ndarray | None = None) -> list[Hit]:
+        """The top-k eligible tools for a request (``need`` joins the query when given).
+
+        Args:
+            request: the user's request, as written.
+            need: optional one-line need from the calling agent.
+            eligible: the tenant's allowed servers/tools; applied inside both searches.
+            k: how many hits; clamped to the number of eligible tools.
+            stage: ``hybrid`` (default), or ``bm25`` / ``dense`` alone (for evaluation).
+            query_vector: a precomputed embedding of the query (skips the encoder).
+        Raises:
+            ValueError: an empty request or a k below 1.
+        """
+        if not isinstance(request, str) or not request.strip():
+            raise ValueError("request must be a non-empty string")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        with self._lock:
+            catalog, bm25, dense = self.catalog, self._bm25, self._dense
+            mask = self._mask(eligible)
+        if not catalog.tools:
+            return []
+        query = self.query_text(request, need)
+        depth = max(k, self.fusion.depth)
+        b_rows, b_scores = (bm25.search(query, depth, mask) if stage != "dense" else (np.zeros(0, int), np.zeros(0)))
+        if stage != "bm25":
+            qv = query_vector if query_vector is not None else self.embed_query(request, need)
+            d_rows, d_scores = dense.search(qv, depth, mask)
+        else:
+            d_rows, d_scores = np.zeros(0, int), np.zeros(0)
+        b_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(b_rows, b_scores))}
+        d_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(d_rows, d_scores))}
+        if stage == "bm25":
+            ranked = [(int(r), float(s)) for r, s in zip(b_rows, b_scores)]
+        elif stage == "dense":
+            ranked = [(int(r), float(s)) for r, s in zip(d_rows, d_scores)]
+        else:
+            f = self.fusion
+            ranked = reciprocal_rank_fusion([b_rows.tolist(), d_rows.tolist()], [f.w_bm25, f.w_dense], f.k)
+        hits = []
+        for rank, (row, score) in enumerate(ranked[:k], 1):
+            br, bs = b_rank.get(row, (None, None))
+            dr, ds = d_rank.get(row, (None, None))
+            hits.append(Hit(catalog.tools[row].id, rank, score, br, bs, dr, ds))
+        return hits
+
+    def tool(self, tool_id: ToolId) -> Tool | None:
+        return self.catalog.get(tool_id)
+
+    # ------------------------------------------------------------------ persistence
+
+    def manifest(self) -> dict:
+        return {
+            "format_version": FORMAT_VERSION,
+            "package_version": _package_version(),
+            "embedding_model": getattr(self.encoder, "name", type(self.encoder).__name__),
+            "embedding_dim": int(getattr(self.encoder, "dim", 0)),
+            "with_examples": self.with_examples,
+            "fusion": asdict(self.fusion),
+            "version": self.version,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "counts": {"servers": len(self.catalog.servers), "tools": len(self.catalog.tools),
+                       "passages": int(len(self._dense.vectors))},
+            "tools": {f"{t.server}\t{t.name}": t.content_hash() for t in self.catalog.tools},
+        }
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the index to ``directory`` atomically (temporary folder, then rename)."""
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+            try:
+                with open(tmp / "tools.jsonl", "w", encoding="utf-8") as fh:
+                    for t in self.catalog.tools:
+                        fh.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+                (tmp / "servers.json").write_text(json.dumps(self.catalog.server_descriptions, ensure_ascii=False))
+                self._bm25.save(tmp / "bm25")
+                np.save(tmp / "vectors.npy", self._dense.vectors)
+                np.save(tmp / "owner.npy", self._dense.owner)
+                (tmp / "manifest.json").write_text(json.dumps(self.manifest(), indent=1, ensure_ascii=False))
+                old = None
+                if directory.exists():
+                    old = directory.with_name(f".{directory.name}.old-{os.getpid()}-{time.time_ns()}")
+                    directory.rename(old)
+                tmp.rename(directory)
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path, *, encoder: Encoder | None = None) -> "ToolIndex":
+        """Load an index written by :meth:`save`.
+
+        Raises:
+            IndexLoadError: the folder is missing, incomplete, or of another format version.
+        """
+        directory = Path(directory)
+        mpath = directory / "manifest.json"
+        if not mpath.exists():
+            raise IndexLoadError(f"{directory} is not a toolrank index (no manifest.json); build one with `toolrank index`")
+        try:
+            manifest = json.loads(mpath.read_text())
+        except json.JSONDecodeError as exc:
+            raise IndexLoadError(f"{mpath}: invalid JSON ({exc.msg})") from None
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise IndexLoadError(
+                f"{directory}: index format {manifest.get('format_version')} is not {FORMAT_VERSION}; rebuild it with `toolrank index`"
+            )
+        missing = [f for f in ("tools.jsonl", "servers.json", "vectors.npy", "owner.npy") if not (directory / f).exists()]
+        if missing:
+            raise IndexLoadError(f"{directory}: incomplete index, missing {', '.join(missing)}; rebuild it")
+        tools = [Tool.from_dict(json.loads(line)) for line in (directory / "tools.jsonl").read_text(encoding="utf-8").splitlines() if line]
+        catalog = Catalog(tools, json.loads((directory / "servers.json").read_text(encoding="utf-8")))
+        encoder = encoder or OnnxEncoder()
+        if manifest.get("embedding_model") != getattr(encoder, "name", None):
+            raise IndexLoadError(
+                f"{directory} was embedded with {manifest.get('embedding_model')!r}, not {getattr(encoder, 'name', None)!r}; rebuild it"
+            )
+        vectors = np.load(directory / "vectors.npy")
+        owner = np.load(directory / "owner.npy")
+        cached = {}
+        for i, t in enumerate(tools):
+            cached[t.id] = (t.content_hash(), vectors[owner == i])
+        return cls(catalog, encoder, with_examples=manifest.get("with_examples", True),
+                   fusion=FusionConfig(**manifest.get("fusion", {})), vectors=cached,
+                   version=int(manifest.get("version", 1)),
+                   bm25=BM25Index.load(directory / "bm25", len(tools)) if (directory / "bm25").exists() else None)

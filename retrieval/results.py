@@ -1,0 +1,47 @@
+"""What the pipeline returns to an agent: selected tools, probabilities, the decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .catalog import ToolId
+
+__all__ = ["Decision", "Source", "ScoredTool", "TokenReport", "SearchResult"]
+
+Decision = Literal["proceed", "search_again", "no_fit"]
+# How a tool got into the result: ranked normally, or by one of the shortcuts.
+Source = Literal["ranked", "always_available", "server_mention", "exact_name"]
+
+
+@dataclass(frozen=True)
+class ScoredTool:
+    tool_id: ToolId
+    probability: float
+    rank: int
+    source: Source = "ranked"
+    definition: dict[str, Any] | None = None
+    explanation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TokenReport:
+    selected: int          # tokens of the selected definitions
+    catalog: int           # tokens of every eligible definition
+    encoding: str = "cl100k_base"
+
+    @property
+    def reduction(self) -> float:
+        return 1.0 - self.selected / self.catalog if self.catalog else 0.0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    decision: Decision
+    tools: list[ScoredTool]
+    best_probability: float
+    attempt: int                         # 1 for a first search, 2 after search_again
+    tokens: TokenReport | None = None
+    message: str = ""                    # plain words for the agent/user
+    suggestions: list[str] = field(default_factory=list)   # public servers to connect on no_fit
+    restricted_to: list[str] = field(default_factory=list) # servers named explicitly in the request

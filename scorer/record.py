@@ -1,0 +1,151 @@
+"""The record the cross-encoder (and the LLM judge) reads: one function, used everywhere.
+
+Training, distillation, the LLM teacher and the runtime scorer all build their text
+with :func:`format_record`, so what the model was trained on and what it sees in
+production cannot drift apart. Any change to the produced text must bump
+:data:`RECORD_FORMAT_VERSION`; a model folder records the version it was trained
+with and :class:`scorer.Scorer` refuses to load a mismatch.
+
+The pair looks like this (query side, then tool side)::
+
+    User request: {request}
+    The assistant is looking for: {need}            (omitted when need is empty)
+
+    Candidate tool: {server} / {tool name}: {description, truncated at a word boundary with '…'}
+    Examples: {example 1} | {example 2}             (only when examples > 0 and the tool has some)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # keep scorer importable without retrieval
+    from retrieval.catalog import Tool
+
+__all__ = ["RECORD_FORMAT_VERSION", "ELLIPSIS", "format_record", "record_text", "truncate_at_word"]
+
+RECORD_FORMAT_VERSION = 1
+"""Version of the text produced by :func:`format_record`; bump on any change to it."""
+
+ELLIPSIS = "…"
+
+# Characters dropped from the end of a truncated description before the ellipsis,
+# so that "reads a file, " does not become "reads a file,…".
+_TRAILING = " ,;:-–—/|([{"
+
+
+def _clean(text: Any) -> str:
+    """Collapse every run of whitespace (newlines, tabs, NBSP…) to one space and strip."""
+    if text is None:
+        return ""
+    return " ".join(str(text).split())
+
+
+def truncate_at_word(text: str, max_chars: int) -> str:
+    """Shorten ``text`` to at most ``max_chars`` characters, cutting at a word boundary.
+
+    Whitespace is normalised first. When the text has to be cut, the result ends with
+    ``'…'`` and its length, ellipsis included, is at most ``max_chars``. A single word
+    longer than the budget is cut inside the word.
+
+    Args:
+        text: The text to shorten.
+        max_chars: The budget in characters, at least 2 (one character and the ellipsis).
+
+    Returns:
+        The normalised text, unchanged when it fits.
+
+    Raises:
+        ValueError: ``max_chars`` is smaller than 2.
+    """
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 2:
+        raise ValueError(f"max_chars must be an int >= 2, got {max_chars!r}; pass a larger budget")
+    text = _clean(text)
+    if len(text) <= max_chars:
+        return text
+    limit = max_chars - len(ELLIPSIS)
+    if text[limit] == " ":  # the cut falls exactly between two words
+        cut = text[:limit]
+    else:
+        space = text.rfind(" ", 0, limit)
+        cut = text[:space] if space > 0 else text[:limit]
+    cut = cut.rstrip(_TRAILING) or text[:limit]
+    return cut + ELLIPSIS
+
+
+def format_record(
+    request: str,
+    need: str | None,
+    tool: "Tool",
+    *,
+    max_description_chars: int = 300,
+    examples: int = 0,
+) -> tuple[str, str]:
+    """Build the (query_text, tool_text) pair the cross-encoder scores.
+
+    Whitespace in every field is normalised (runs of whitespace become one space), so
+    two records that differ only in formatting are the same record. Inputs are never
+    modified.
+
+    Args:
+        request: The user's request, as the assistant received it. Must not be blank.
+        need: What the assistant is looking for, in its own words; ``None`` or blank
+            omits the line.
+        tool: Any object with ``server``, ``name``, ``description`` and ``examples``
+            attributes (normally :class:`retrieval.catalog.Tool`).
+        max_description_chars: Budget for the description, ellipsis included (>= 2).
+        examples: How many of the tool's example requests to append (0 = none).
+
+    Returns:
+        ``(query_text, tool_text)``, ready for a cross-encoder's pair tokeniser.
+
+    Raises:
+        ValueError: ``request`` is blank, ``examples`` is negative, or
+            ``max_description_chars`` is below 2.
+    """
+    query = _clean(request)
+    if not query:
+        raise ValueError("request is empty: pass the user's request text to format_record")
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 0:
+        raise ValueError(f"examples must be an int >= 0, got {examples!r}")
+    if isinstance(max_description_chars, bool) or not isinstance(max_description_chars, int) \
+            or max_description_chars < 2:
+        raise ValueError(
+            f"max_description_chars must be an int >= 2, got {max_description_chars!r}; "
+            "use the value recorded in the model's config.json"
+        )
+
+    query_text = f"User request: {query}"
+    need_text = _clean(need)
+    if need_text:
+        query_text += f"\nThe assistant is looking for: {need_text}"
+
+    server = _clean(getattr(tool, "server", ""))
+    name = _clean(getattr(tool, "name", ""))
+    description = truncate_at_word(getattr(tool, "description", "") or "", max_description_chars)
+    tool_text = f"Candidate tool: {server} / {name}"
+    if description:
+        tool_text += f": {description}"
+    if examples:
+        picked = [e for e in (_clean(x) for x in (getattr(tool, "examples", None) or ())) if e][:examples]
+        if picked:
+            tool_text += "\nExamples: " + " | ".join(picked)
+    return query_text, tool_text
+
+
+def record_text(
+    request: str,
+    need: str | None,
+    tool: "Tool",
+    *,
+    max_description_chars: int = 300,
+    examples: int = 0,
+) -> str:
+    """The whole record as one text (query side, newline, tool side), for an LLM judge.
+
+    Same arguments and errors as :func:`format_record`.
+    """
+    query_text, tool_text = format_record(
+        request, need, tool, max_description_chars=max_description_chars, examples=examples
+    )
+    return f"{query_text}\n{tool_text}"

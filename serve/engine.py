@@ -1,0 +1,197 @@
+"""What one worker serves: a pipeline bound to one index version, swapped as the store moves on.
+
+The served index is never changed in place. A catalog change loads the newest version from
+the store into a private copy, changes that, publishes it as the next version, and swaps it in;
+other workers see the new CURRENT on their next poll and swap it in the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .index_store import IndexStore
+
+__all__ = ["Engine", "Snapshot", "UpdateOutcome", "rebind", "load_like"]
+
+log = logging.getLogger(__name__)
+
+
+def rebind(pipeline: Any, index: Any) -> Any:
+    """A pipeline like ``pipeline`` (same scorer, policy, shortcuts) over ``index``.
+
+    Uses ``pipeline.with_index(index)`` when the pipeline has it; otherwise a shallow copy
+    with its ``index`` attribute replaced.
+    """
+    with_index = getattr(pipeline, "with_index", None)
+    if callable(with_index):
+        return with_index(index)
+    clone = copy.copy(pipeline)
+    clone.index = index
+    return clone
+
+
+def load_like(index: Any, path: Path) -> Any:
+    """Load a saved index of the same class as ``index``, reusing its encoder when it has one."""
+    cls = type(index)
+    encoder = getattr(index, "encoder", None)
+    if encoder is not None:
+        try:
+            return cls.load(path, encoder=encoder)
+        except TypeError:  # a load() without an encoder argument
+            pass
+    return cls.load(path)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent view for one request: never changes under it."""
+
+    pipeline: Any
+    version: int
+
+    @property
+    def index(self) -> Any:
+        return self.pipeline.index
+
+    @property
+    def catalog(self) -> Any:
+        return self.pipeline.index.catalog
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    changed: bool
+    created: bool
+    tools: int            # tools on the server after the change (upsert) or removed (delete)
+    re_embedded: int
+    version: int
+
+
+class Engine:
+    """The current snapshot of one worker, and the only code that changes it.
+
+    Args:
+        store: the index store shared by every worker.
+        make_pipeline: a pipeline (scorer, policy, shortcuts) over a given index.
+        seed: the first index, called only when the store is empty.
+    """
+
+    def __init__(self, store: IndexStore, make_pipeline: Callable[[Any], Any], seed: Callable[[], Any]):
+        self.store = store
+        self._make_pipeline = make_pipeline
+        self._seed = seed
+        self._swap_lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one writer per process; flock orders processes
+        self._snapshot: Snapshot | None = None
+        self.on_swap: Callable[[Snapshot], None] | None = None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        snap = self._snapshot
+        if snap is None:
+            raise RuntimeError("engine not started: call start() first")
+        return snap
+
+    @property
+    def ready(self) -> bool:
+        return self._snapshot is not None
+
+    def _swap(self, index: Any, version: int) -> bool:
+        """Serve ``index`` as ``version`` unless something newer is already served."""
+        with self._swap_lock:
+            if self._snapshot is not None and self._snapshot.version >= version:
+                return False
+            self._snapshot = Snapshot(self._make_pipeline(index), version)
+            snap = self._snapshot
+        if self.on_swap is not None:
+            self.on_swap(snap)
+        return True
+
+    # ------------------------------------------------------------------ start and refresh
+
+    def start(self) -> Snapshot:
+        """Seed the store if it is empty (under the lock: one worker seeds), then serve CURRENT."""
+        with self.store.write_lock():
+            version = self.store.current_version()
+            if version is None:
+                index = self._seed()
+                version = self.store.publish(index)
+                log.info("seeded the empty index store %s as v%d", self.store.root, version)
+            else:
+                index = self.store.load(version)
+        self._swap(index, version)
+        log.info("serving index version %d from %s", version, self.store.root)
+        return self.snapshot
+
+    def refresh(self) -> bool:
+        """Pick up a newer CURRENT if there is one; returns whether the served version changed."""
+        version = self.store.current_version()
+        if version is None or (self._snapshot is not None and version <= self._snapshot.version):
+            return False
+        index = self.store.load(version)
+        swapped = self._swap(index, version)
+        if swapped:
+            log.info("picked up index version %d", version)
+        return swapped
+
+    # ------------------------------------------------------------------ writes
+
+    def _write(self, server: str, change: Callable[[Any], tuple[bool, bool, int, int]]) -> UpdateOutcome:
+        with self._write_lock, self.store.write_lock():
+            version = self.store.current_version()
+            if version is None:
+                raise RuntimeError("index store lost its CURRENT pointer; restart the service to reseed it")
+            working = self.store.load(version)   # the newest state, whoever wrote it
+            changed, created, tools, re_embedded = change(working)
+            if changed:
+                version = self.store.publish(working)
+        if changed:
+            self._swap(working, version)
+        else:
+            self.refresh()
+        log.info("catalog change on server %r: changed=%s, version %d", server, changed, version)
+        return UpdateOutcome(changed, created, tools, re_embedded, version)
+
+    def upsert_server(self, name: str, description: str, tools: list[Any],
+                      examples: dict[str, list[str]] | None) -> UpdateOutcome:
+        """Add or replace one server; tools whose content is unchanged are not re-embedded.
+
+        ``examples`` maps tool names to example requests; tools it does not name keep the
+        examples they had (an empty list clears them).
+        """
+
+        def change(index: Any) -> tuple[bool, bool, int, int]:
+            catalog = index.catalog
+            before = {t.name: t for t in catalog.server_tools(name)}
+            created = not before
+            merged = []
+            for t in tools:
+                ex = (examples or {}).get(t.name)
+                if ex is None and t.name in before:
+                    ex = list(before[t.name].examples)
+                merged.append(dataclasses.replace(t, server=name, server_description=description,
+                                                  examples=tuple(ex or ())))
+            same = (not created and catalog.server_descriptions.get(name, "") == description
+                    and {n: t.content_hash() for n, t in before.items()}
+                    == {t.name: t.content_hash() for t in merged})
+            if same:
+                return False, False, len(merged), 0
+            n = index.upsert_server(name, description, merged)
+            return True, created, len(merged), int(n)
+
+        return self._write(name, change)
+
+    def remove_server(self, name: str) -> UpdateOutcome:
+        """Remove one server; ``tools`` in the outcome is how many tools went with it."""
+
+        def change(index: Any) -> tuple[bool, bool, int, int]:
+            n = int(index.remove_server(name))
+            return n > 0, False, n, 0
+
+        return self._write(name, change)

@@ -1,0 +1,135 @@
+"""Versioned index folders with an atomic pointer: one writer, any number of readers.
+
+Layout of a store directory::
+
+    <root>/v1/ v2/ ...   each a complete saved index (written by ``index.save``: temp + rename)
+    <root>/CURRENT       the name of the version to serve ("v7"), replaced atomically (os.replace)
+    <root>/.lock         fcntl.flock'ed by whoever writes (seeding, publishing, cleaning)
+
+A writer (any worker of any replica sharing the folder) takes the lock, loads the version
+CURRENT names (so it never builds on a stale copy), applies its change, saves the result as a
+new ``v<N+1>`` folder and only then points CURRENT at it. A reader that sees a new CURRENT loads
+a folder that is already complete, so a half-written index is never served. Old versions are
+deleted by the writer, keeping the newest ``keep``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+__all__ = ["IndexStore", "StoreError"]
+
+log = logging.getLogger(__name__)
+
+_VERSION_DIR = re.compile(r"^v(\d+)$")
+
+
+class StoreError(RuntimeError):
+    """The store folder is unusable (unreadable pointer, version folder missing)."""
+
+
+class IndexStore:
+    """A directory of index versions with a ``CURRENT`` pointer.
+
+    Args:
+        root: the store folder (created if missing).
+        load: reads one saved index folder, e.g. ``ToolIndex.load``.
+        keep: how many versions to keep on disk (at least 2, so a lagging reader can finish).
+    """
+
+    def __init__(self, root: str | Path, load: Callable[[Path], Any], *, keep: int = 5):
+        if keep < 2:
+            raise ValueError(f"keep={keep}: keep at least 2 versions so readers never lose the one they load")
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._load = load
+        self.keep = keep
+
+    @property
+    def pointer(self) -> Path:
+        return self.root / "CURRENT"
+
+    def path_of(self, version: int) -> Path:
+        return self.root / f"v{version}"
+
+    # ------------------------------------------------------------------ reading
+
+    def current_version(self) -> int | None:
+        """The version CURRENT names, or None for a store not yet seeded."""
+        try:
+            text = self.pointer.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        m = _VERSION_DIR.match(text)
+        if not m:
+            raise StoreError(f"{self.pointer}: expected a version name like 'v3', found {text[:40]!r}")
+        return int(m.group(1))
+
+    def load(self, version: int) -> Any:
+        """Load one version's index folder."""
+        path = self.path_of(version)
+        if not path.is_dir():
+            raise StoreError(f"{path}: index version {version} is not on disk (deleted or never written)")
+        return self._load(path)
+
+    def versions_on_disk(self) -> list[int]:
+        out = []
+        for child in self.root.iterdir():
+            m = _VERSION_DIR.match(child.name)
+            if m and child.is_dir():
+                out.append(int(m.group(1)))
+        return sorted(out)
+
+    # ------------------------------------------------------------------ writing (hold the lock)
+
+    @contextlib.contextmanager
+    def write_lock(self) -> Iterator[None]:
+        """Exclusive across processes and hosts sharing the folder (fcntl.flock); blocks until held."""
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def publish(self, index: Any) -> int:
+        """Save ``index`` as the next version and point CURRENT at it. Call under :meth:`write_lock`."""
+        on_disk = self.versions_on_disk()
+        version = max([self.current_version() or 0, *on_disk]) + 1  # never reuse a folder name
+        path = self.path_of(version)
+        index.save(path)
+        self._point_to(version)
+        log.info("published index version %d at %s", version, path)
+        self._clean(version)
+        return version
+
+    def _point_to(self, version: int) -> None:
+        tmp = self.root / f".CURRENT.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(f"v{version}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.pointer)
+        with contextlib.suppress(OSError):  # make the rename durable where the OS allows
+            dfd = os.open(self.root, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+    def _clean(self, current: int) -> None:
+        old = [v for v in self.versions_on_disk() if v != current][: -(self.keep - 1) or None]
+        for v in old:
+            shutil.rmtree(self.path_of(v), ignore_errors=True)
+        if old:
+            log.info("deleted old index versions %s", ", ".join(f"v{v}" for v in old))

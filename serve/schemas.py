@@ -1,0 +1,276 @@
+"""Request and response bodies of the HTTP API. Every field is bounded and described.
+
+Bounds are checked before any model runs, so bad input is a 422 that names the field and the
+fix; they are also what the OpenAPI document at ``/openapi.json`` shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "MAX_REQUEST_CHARS", "MAX_NEED_CHARS", "MAX_DESCRIPTION_CHARS", "MAX_CANDIDATES", "MAX_K",
+    "Candidate", "ScoreRequest", "CandidateScore", "ModelInfo", "ScoreResponse",
+    "ToolRef", "PreviousAttempt", "SearchRequest", "ToolResult", "TokenFigures", "SearchResponse",
+    "McpTool", "ServerUpdate", "ServerSummary", "ServerList", "ServerDetail", "ServerChange",
+    "ErrorBody", "ErrorResponse", "Health", "Readiness",
+]
+
+MAX_REQUEST_CHARS = 4000
+MAX_NEED_CHARS = 500
+MAX_DESCRIPTION_CHARS = 4000
+MAX_NAME_CHARS = 200
+MAX_CANDIDATES = 200
+MAX_K = 50
+MAX_SERVER_TOOLS = 1000
+MAX_EXAMPLES = 50
+
+Decision = Literal["proceed", "search_again", "no_fit"]
+Format = Literal["mcp", "openai", "anthropic"]
+
+
+def _not_blank(value: str | None, what: str) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError(f"{what} is blank; write it in words, or leave it out where it is optional")
+    return value
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ------------------------------------------------------------------ /v1/score
+
+
+class Candidate(_Request):
+    """One tool to score, described as the model will read it."""
+
+    id: str = Field(min_length=1, max_length=MAX_NAME_CHARS,
+                    description="Your identifier for this candidate; echoed back with its probability.",
+                    examples=["c1"])
+    server: str = Field("", max_length=MAX_NAME_CHARS, description="Name of the server offering the tool.",
+                        examples=["GitHub"])
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="Tool name.",
+                      examples=["create_issue"])
+    description: str = Field("", max_length=MAX_DESCRIPTION_CHARS, description="Tool description.",
+                             examples=["Create a new issue in a GitHub repository."])
+
+
+class ScoreRequest(_Request):
+    """Score candidate tools against one request."""
+
+    request: str = Field(min_length=1, max_length=MAX_REQUEST_CHARS,
+                         description="The user's request, as written.",
+                         examples=["open a bug about the login page crashing"])
+    need: str | None = Field(None, max_length=MAX_NEED_CHARS,
+                             description="Optional: what the assistant is looking for, in one line.",
+                             examples=["a tool that files an issue in a repository"])
+    candidates: list[Candidate] = Field(min_length=1, max_length=MAX_CANDIDATES,
+                                        description=f"1 to {MAX_CANDIDATES} tools to score.")
+
+    @field_validator("request")
+    @classmethod
+    def _request_text(cls, v: str) -> str:
+        return _not_blank(v, "request")  # type: ignore[return-value]
+
+    @field_validator("need")
+    @classmethod
+    def _need_text(cls, v: str | None) -> str | None:
+        return _not_blank(v, "need")
+
+
+class CandidateScore(BaseModel):
+    id: str = Field(description="The candidate's id, as sent.", examples=["c1"])
+    probability: float = Field(ge=0.0, le=1.0, description="Calibrated probability that this tool fits the request.",
+                               examples=[0.87])
+
+
+class ModelInfo(BaseModel):
+    name: str | None = Field(description="Scorer model name.", examples=["toolrank-minilm-ce"])
+    version: str | None = Field(description="Scorer model version.", examples=["1"])
+
+
+class ScoreResponse(BaseModel):
+    scores: list[CandidateScore] = Field(description="One probability per candidate, in the order sent.")
+    model: ModelInfo = Field(description="The model that produced the probabilities.")
+
+
+# ------------------------------------------------------------------ /v1/search
+
+
+class ToolRef(_Request):
+    server: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="Server name.", examples=["GitHub"])
+    tool: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="Tool name.", examples=["create_issue"])
+    probability: float | None = Field(None, ge=0.0, le=1.0, description="Its probability in that answer.")
+
+
+class PreviousAttempt(_Request):
+    """What the first search answered, sent back with the second so the service knows it is the second."""
+
+    attempt: int = Field(ge=1, le=5, description="The 'attempt' field of the earlier answer.", examples=[1])
+    decision: Decision = Field(description="The 'decision' field of the earlier answer.", examples=["search_again"])
+    tools: list[ToolRef] = Field(default_factory=list, max_length=MAX_K,
+                                 description="Optional: the tools the earlier answer offered.")
+
+
+class SearchRequest(_Request):
+    """Find the tools that fit a request among the caller's servers."""
+
+    request: str = Field(min_length=1, max_length=MAX_REQUEST_CHARS,
+                         description="The user's request, as written.",
+                         examples=["open a bug about the login page crashing"])
+    need: str | None = Field(None, max_length=MAX_NEED_CHARS,
+                             description="Optional: what the assistant is looking for, in one line "
+                                         "(a second search usually sends a sharper one).",
+                             examples=["a tool that files an issue in a repository"])
+    k: int | None = Field(None, ge=1, le=MAX_K,
+                          description=f"At most this many tools (1 to {MAX_K}); default: the service's policy.",
+                          examples=[5])
+    previous: PreviousAttempt | None = Field(None, description="Set on a second search: the earlier answer.")
+    explain: bool = Field(False, description="Add why each tool was chosen (retrieval ranks, scores).")
+    format: Format = Field("mcp", description="Shape of each tool definition: MCP, OpenAI or Anthropic tools.",
+                           examples=["mcp"])
+
+    @field_validator("request")
+    @classmethod
+    def _request_text(cls, v: str) -> str:
+        return _not_blank(v, "request")  # type: ignore[return-value]
+
+    @field_validator("need")
+    @classmethod
+    def _need_text(cls, v: str | None) -> str | None:
+        return _not_blank(v, "need")
+
+
+class ToolResult(BaseModel):
+    server: str = Field(description="Server name.", examples=["GitHub"])
+    tool: str = Field(description="Tool name.", examples=["create_issue"])
+    probability: float = Field(ge=0.0, le=1.0, description="Calibrated probability that this tool fits.",
+                               examples=[0.91])
+    rank: int = Field(ge=1, description="1 for the best tool.", examples=[1])
+    source: str = Field(description="How it got here: ranked, always_available, server_mention or exact_name.",
+                        examples=["ranked"])
+    definition: dict[str, Any] | None = Field(None, description="The tool definition, in the requested format.")
+    explanation: dict[str, Any] | None = Field(None, description="Why it was chosen (only with explain=true).")
+
+
+class TokenFigures(BaseModel):
+    selected: int = Field(ge=0, description="Tokens of the returned definitions.", examples=[420])
+    catalog: int = Field(ge=0, description="Tokens of every definition the caller may use.", examples=[61234])
+    reduction: float = Field(description="1 - selected / catalog.", examples=[0.993])
+    encoding: str = Field(description="Tokenizer used for the counts.", examples=["cl100k_base"])
+
+
+class SearchResponse(BaseModel):
+    decision: Decision = Field(description="proceed: use the tools; search_again: retry once with a sharper "
+                                           "need; no_fit: none of the caller's tools fits.",
+                               examples=["proceed"])
+    attempt: int = Field(ge=1, description="1 for a first search, 2 for the retry.", examples=[1])
+    best_probability: float = Field(ge=0.0, le=1.0, description="Highest probability among the tools.",
+                                    examples=[0.91])
+    tools: list[ToolResult] = Field(description="Ranked tools, best first.")
+    tokens: TokenFigures | None = Field(None, description="Token cost of the answer against the whole catalog.")
+    message: str = Field("", description="Plain words for the agent or the user.")
+    suggestions: list[str] = Field(default_factory=list,
+                                   description="On no_fit: public servers that could be connected to do it.")
+    restricted_to: list[str] = Field(default_factory=list,
+                                     description="Servers the request named explicitly, if any.")
+    index_version: int = Field(description="Index version that answered.", examples=[3])
+    model: ModelInfo = Field(description="The scorer model that produced the probabilities.")
+
+
+# ------------------------------------------------------------------ /v1/servers
+
+
+class McpTool(BaseModel):
+    """One tool of an MCP ``tools/list`` result (other MCP fields are accepted and ignored)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="Tool name, unique on the server.",
+                      examples=["create_issue"])
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION_CHARS, description="Tool description.",
+                                    examples=["Create a new issue in a GitHub repository."])
+    inputSchema: dict[str, Any] | None = Field(None, description="JSON Schema of the tool's arguments.")
+
+
+class ServerUpdate(_Request):
+    """An MCP ``tools/list`` result for one server, plus optional description and example requests."""
+
+    tools: list[McpTool] = Field(min_length=1, max_length=MAX_SERVER_TOOLS,
+                                 description=f"The server's tools (1 to {MAX_SERVER_TOOLS}); "
+                                             "to remove a server use DELETE.")
+    description: str = Field("", max_length=MAX_DESCRIPTION_CHARS, description="What the server is for.",
+                             examples=["Issues, pull requests and repositories on GitHub."])
+    examples: dict[str, list[str]] | None = Field(
+        None, description="Example requests per tool name (at most 50 per tool, each up to 4000 "
+                          "characters). Tools not named keep their current examples; [] clears them.",
+        examples=[{"create_issue": ["file a bug about the login page"]}])
+    nextCursor: str | None = Field(None, description="Ignored (MCP pagination); send every page's tools at once.")
+
+    @field_validator("examples")
+    @classmethod
+    def _bounded_examples(cls, v: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        for tool, ex in (v or {}).items():
+            if len(ex) > MAX_EXAMPLES:
+                raise ValueError(f"tool {tool!r} has {len(ex)} examples; send at most {MAX_EXAMPLES}")
+            if any(len(e) > MAX_REQUEST_CHARS or not e.strip() for e in ex):
+                raise ValueError(f"tool {tool!r}: each example must be non-blank and at most "
+                                 f"{MAX_REQUEST_CHARS} characters")
+        return v
+
+
+class ServerSummary(BaseModel):
+    name: str = Field(description="Server name.", examples=["GitHub"])
+    description: str = Field(description="What the server is for.")
+    tools: int = Field(ge=0, description="Number of tools the caller may use on it.", examples=[12])
+
+
+class ServerList(BaseModel):
+    servers: list[ServerSummary] = Field(description="The caller's servers (every server for an admin).")
+    index_version: int = Field(description="Index version that answered.", examples=[3])
+
+
+class ServerDetail(BaseModel):
+    name: str = Field(description="Server name.", examples=["GitHub"])
+    description: str = Field(description="What the server is for.")
+    tools: list[dict[str, Any]] = Field(description="The tools the caller may use: name, description, inputSchema.")
+    index_version: int = Field(description="Index version that answered.", examples=[3])
+
+
+class ServerChange(BaseModel):
+    name: str = Field(description="Server name.", examples=["GitHub"])
+    created: bool = Field(False, description="The server was new.")
+    changed: bool = Field(description="The catalog changed (false when the same definition was sent again).")
+    tools: int = Field(ge=0, description="Tools on the server after a PUT; tools removed by a DELETE.")
+    re_embedded: int = Field(0, ge=0, description="Tools whose text changed and were embedded again.")
+    index_version: int = Field(description="Index version that includes the change; every worker serves "
+                                           "it within the store's pick-up bound.", examples=[4])
+
+
+# ------------------------------------------------------------------ errors and probes
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="Machine-readable reason.", examples=["invalid_request"])
+    message: str = Field(description="What went wrong and how to fix it.",
+                         examples=["body.candidates: List should have at most 200 items after validation, not 201"])
+    fields: list[dict[str, str]] | None = Field(None, description="For invalid input: each bad field's path and problem.")
+    request_id: str | None = Field(None, description="Quote it when reporting a problem.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class Health(BaseModel):
+    status: str = Field(description="'ok' while the process is alive.", examples=["ok"])
+
+
+class Readiness(BaseModel):
+    ready: bool = Field(description="Index (and model, if required) loaded; requests will be served.")
+    status: str = Field(description="loading, ready or failed.", examples=["ready"])
+    index_version: int | None = Field(None, description="Index version served.")
+    scorer: dict[str, Any] = Field(default_factory=dict, description="Whether a scorer model is loaded, and which.")
+    detail: str = Field("", description="What is missing, in words.")

