@@ -1,4 +1,4 @@
-"""Dense search in FAISS: several passages per tool, a tool scores its best passage."""
+"""Dense search in FAISS over tool vectors (several passages per tool are supported: a tool scores its best)."""
 
 from __future__ import annotations
 

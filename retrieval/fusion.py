@@ -14,9 +14,9 @@ class FusionConfig:
     Defaults were chosen on the dev questions (see README, "Fusion weights").
     """
 
-    k: float = 60.0
+    k: float = 10.0
     w_bm25: float = 1.0
-    w_dense: float = 1.0
+    w_dense: float = 0.7
     depth: int = 200     # how deep each list is read before fusing
 
     def __post_init__(self) -> None:

@@ -84,7 +84,10 @@ class ToolIndex:
         vecs = self.encoder.encode(texts, show_progress=show_progress)
         owners_arr = np.asarray(owners)
         for i, t in enumerate(todo):
-            self._vectors[t.id] = (t.content_hash(), vecs[owners_arr == i])
+            # One vector per tool: the normalised centroid of its passages. On dev it beat
+            # the best single passage by 9 points at rank 1 (README, "Dense search").
+            centroid = vecs[owners_arr == i].mean(0, keepdims=True)
+            self._vectors[t.id] = (t.content_hash(), centroid / max(float(np.linalg.norm(centroid)), 1e-12))
         return len(todo)
 
     def _rebuild(self, catalog: Catalog, show_progress: bool = False, bm25: BM25Index | None = None) -> int:

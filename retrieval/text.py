@@ -40,7 +40,7 @@ def tool_document(tool: Tool, *, with_examples: bool = True) -> str:
 
 
 def tool_passages(tool: Tool, *, with_examples: bool = True) -> list[str]:
-    """Texts embedded for dense search; a tool's dense score is its best passage.
+    """Texts embedded for dense search; a tool's vector is the centroid of their embeddings.
 
     The first passage is the tool card (names + description); each example request
     is its own passage, so a request can match the way people actually ask.

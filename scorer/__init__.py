@@ -14,12 +14,13 @@ from scorer.calibration import (
     sigmoid,
 )
 from scorer.record import RECORD_FORMAT_VERSION, format_record, record_text
-from scorer.reranker import ModelConfig, Scorer, ScorerLoadError
+from scorer.reranker import ModelConfig, Scorer, ScorerLoadError, default_model_path
 
 __all__ = [
     "Scorer",
     "ScorerLoadError",
     "ModelConfig",
+    "default_model_path",
     "format_record",
     "record_text",
     "RECORD_FORMAT_VERSION",

@@ -49,6 +49,8 @@ __all__ = [
     "CONFIG_FILE",
     "CARD_FILE",
     "TRUNCATION_STRATEGIES",
+    "DEFAULT_MODEL_DIR",
+    "default_model_path",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,16 @@ _FEEDS = ("input_ids", "attention_mask", "token_type_ids")
 _INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
 _FLOAT_TYPES = {"tensor(float)", "tensor(float16)", "tensor(double)"}
 _PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<PAD>")
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[1] / "models" / "toolrank-reranker"
+
+
+def default_model_path() -> Path:
+    """Where the shipped scorer model folder lives (``models/toolrank-reranker`` in the repository).
+
+    The folder may be absent (no model released yet); callers check ``.exists()``.
+    """
+    return DEFAULT_MODEL_DIR
 
 
 class ScorerLoadError(ValueError):
@@ -485,6 +497,11 @@ class Scorer:
     @property
     def calibration(self) -> Calibration:
         return self.config.calibration
+
+    @property
+    def encoder(self) -> PairEncoder:
+        """The pair tokeniser this scorer feeds the model with (for token counts and tests)."""
+        return self._encoder
 
     @property
     def info(self) -> dict[str, Any]:

@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import secrets
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -163,6 +162,18 @@ class Tenants:
         return cls(by_hash)
 
 
+def _toml() -> Any:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            raise TenantConfigError("TOML tenants files need Python 3.11+ or `pip install tomli`; "
+                                    "or write the file as JSON") from None
+    return tomllib
+
+
 def load_tenants(path: str | Path) -> Tenants:
     """Load a tenants file (``.toml`` or ``.json``).
 
@@ -174,14 +185,13 @@ def load_tenants(path: str | Path) -> Tenants:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise TenantConfigError(f"{path}: tenants file not found") from None
+    suffix = path.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise TenantConfigError(f"{path}: unknown tenants file type; name it *.toml or *.json")
+    parse = _toml().loads if suffix == ".toml" else json.loads
     try:
-        if path.suffix.lower() == ".toml":
-            data = tomllib.loads(raw.decode("utf-8"))
-        elif path.suffix.lower() == ".json":
-            data = json.loads(raw)
-        else:
-            raise TenantConfigError(f"{path}: unknown tenants file type; name it *.toml or *.json")
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = parse(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:  # TOMLDecodeError and JSONDecodeError are ValueErrors
         raise TenantConfigError(f"{path}: cannot parse: {exc}") from None
     tenants = Tenants.from_dict(data, str(path))
     log.info("loaded %d tenants from %s", len(tenants), path)

@@ -31,13 +31,19 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 from retrieval.catalog import Catalog, CatalogError, Tool, ToolId, load_catalog, load_examples
 from training.judge import JUDGE_METHODS, EndpointJudge, Judgment, LlamaCppJudge
 from training.llm import ChatClient, GenerationError, LLMConfig
-from training.prompting import (STYLES, ContentError, example_messages, parse_examples,
-                                parse_questions, question_messages)
+from training.prompting import (
+    STYLES,
+    ContentError,
+    example_messages,
+    parse_examples,
+    parse_questions,
+    question_messages,
+)
 
 __all__ = [
     "CandidatesFn",
@@ -97,7 +103,11 @@ class _JsonlOutput:
                 logger.warning("%s: dropping an unfinished last line (an interrupted run)", self.path)
                 data = head + b"\n" if head else b""
             self.path.write_bytes(data)
-        for lineno, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GenerationError(f"{self.path}: not UTF-8 text ({exc}); write to another --out file") from None
+        for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -119,48 +129,69 @@ class _JsonlOutput:
             self.done.update(self.key(r) for r in rows)
 
 
+def _row_key(*fields: str, needs: Sequence[str] = ()) -> Callable[[dict], Hashable]:
+    """A row's resume key; KeyError when the row lacks a field of its kind."""
+    def key(row: dict) -> Hashable:
+        missing = [name for name in needs if name not in row]
+        if missing:
+            raise KeyError(missing[0])
+        return tuple(row[f] for f in fields)
+    return key
+
+
 def _run(jobs: Sequence[Any], work: Callable[[Any], list[dict]], out: _JsonlOutput, *,
          total: int, skipped: int, concurrency: int, show_progress: bool, desc: str) -> RunStats:
-    """Run ``work`` over ``jobs`` with at most ``concurrency`` in flight, appending rows as they come.
+    """Run ``work`` over ``jobs`` with at most ``concurrency`` in flight, appending rows in job order.
 
-    The first GenerationError stops new submissions; jobs already running finish and
-    their rows are kept; then the error is raised.
+    A finished job's rows are written once every earlier job's are (so the file follows
+    the catalog or questions order); on an error or interruption, whatever has finished
+    is written anyway. The first GenerationError stops new submissions; jobs already
+    running finish and their rows are kept; then the error is raised.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     if concurrency < 1:
         raise GenerationError(f"concurrency {concurrency} must be >= 1")
     done = rows = 0
     error: BaseException | None = None
+    ready: dict[int, list[dict]] = {}
+    next_write = 0
     bar = tqdm(total=len(jobs), desc=desc, unit="req", disable=not show_progress, file=sys.stderr)
-    pending: Iterator[Any] = iter(jobs)
-    in_flight: dict[Future, Any] = {}
+    pending: Iterator[tuple[int, Any]] = iter(enumerate(jobs))
+    in_flight: dict[Future, int] = {}
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="toolrank-gen")
-    try:
-        def submit() -> None:
-            job = next(pending, None)
-            if job is not None:
-                in_flight[pool.submit(work, job)] = job
 
-        for _ in range(2 * concurrency):
+    def submit() -> None:
+        item = next(pending, None)
+        if item is not None:
+            in_flight[pool.submit(work, item[1])] = item[0]
+
+    try:
+        for _ in range(concurrency):  # no queue: after an error, nothing new starts
             submit()
         while in_flight:
             finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             for fut in finished:
-                in_flight.pop(fut)
+                index = in_flight.pop(fut)
                 try:
-                    result = fut.result()
+                    ready[index] = fut.result()
                 except GenerationError as exc:
                     error = error or exc
                     continue
-                out.append(result)
                 done += 1
-                rows += len(result)
+                rows += len(ready[index])
                 bar.update(1)
                 if error is None:
                     submit()
+            while next_write in ready:
+                out.append(ready.pop(next_write))
+                next_write += 1
+            if error is not None and not in_flight:
+                break
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        for index in sorted(ready):
+            out.append(ready.pop(index))
         bar.close()
     if error is not None:
         raise error
@@ -212,8 +243,8 @@ def generate_examples(catalog: Catalog, client: ChatClient, out: str | Path, *, 
     """
     if n < 1:
         raise GenerationError(f"n={n}: ask for at least one example request per tool")
-    store = _JsonlOutput(out, lambda r: ToolId(r["server"], r["tool"]))
-    jobs = [t for t in catalog if t.id not in store.done]
+    store = _JsonlOutput(out, _row_key("server", "tool", needs=("examples",)))
+    jobs = [t for t in catalog if tuple(t.id) not in store.done]
     total = len(catalog)
 
     def work(tool: Tool) -> list[dict]:
@@ -279,7 +310,7 @@ def generate_questions(catalog: Catalog, client: ChatClient, out: str | Path, *,
         if missing:
             raise GenerationError(f"the splits file names no split for {len(missing)} server(s), "
                                   f"e.g. {missing[0]!r}; add them or drop --splits")
-    store = _JsonlOutput(out, lambda r: r["id"])
+    store = _JsonlOutput(out, _row_key("id", needs=("style", "query")))
     if neighbours_fn is None:
         def neighbours_fn(tool: Tool) -> list[Tool]:
             return [t for t in catalog.server_tools(tool.server) if t.id != tool.id][:15]
@@ -289,7 +320,7 @@ def generate_questions(catalog: Catalog, client: ChatClient, out: str | Path, *,
     for tool in catalog:
         total += 1
         todo = [s for s in _styles_for(tool, styles, per_tool, seed)
-                if question_id(tool.server, tool.name, s) not in store.done]
+                if (question_id(tool.server, tool.name, s),) not in store.done]
         if todo:
             jobs.append((tool, todo))
 
@@ -315,6 +346,8 @@ def _read_jsonl(path: str | Path, what: str) -> Iterator[tuple[int, dict]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise GenerationError(f"{what} file {str(path)!r} not found") from None
+    except UnicodeDecodeError as exc:
+        raise GenerationError(f"{what} file {str(path)!r} is not UTF-8 text ({exc})") from None
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -414,7 +447,7 @@ def generate_judgments(catalog: Catalog, questions: Sequence[Mapping[str, Any]],
         raise GenerationError(f"k={k}: judge at least one candidate per question")
     if candidates is None and candidates_fn is None:
         candidates_fn = index_candidates(catalog)
-    store = _JsonlOutput(out, lambda r: (r["qid"], r["server"], r["tool"]))
+    store = _JsonlOutput(out, _row_key("qid", "server", "tool", needs=("p_yes",)))
     pairs: list[tuple[Mapping[str, Any], ToolId]] = []
     unknown: list[str] = []
     without = skipped = 0
@@ -461,7 +494,7 @@ def generate_judgments(catalog: Catalog, questions: Sequence[Mapping[str, Any]],
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--catalog", help="catalog file (MCP-Zero JSON, wrapped tools/list JSON, or JSONL); "
-                                          "default: the shipped MCP-Zero catalog")
+                                          "default: the shipped MCP-Zero catalog with its example requests")
     common.add_argument("--out", required=True, help="output JSONL; rows already there are skipped (resume)")
     common.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
     common.add_argument("--limit", type=int, help="at most this many requests this run (for a trial)")
@@ -531,9 +564,9 @@ def _load_splits(path: str) -> dict[str, str]:
 def _catalog(args: argparse.Namespace) -> Catalog:
     if args.catalog:
         return load_catalog(args.catalog)
-    from retrieval.catalog import default_catalog_path
+    from retrieval.catalog import load_default_catalog
 
-    return load_catalog(default_catalog_path())
+    return load_default_catalog(with_examples=True)  # examples only feed candidate mining
 
 
 def _run_command(args: argparse.Namespace, candidates_fn: CandidatesFn | None) -> RunStats:
@@ -588,6 +621,7 @@ def main(argv: list[str] | None = None, *, candidates_fn: CandidatesFn | None = 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     try:
         stats = _run_command(args, candidates_fn)
     except (GenerationError, CatalogError) as exc:

@@ -276,11 +276,11 @@ class LlamaCppJudge:
         import numpy as np
 
         prompt = render_chat(judgment_messages(query, need, tool, "logprobs"), self._template)
-        tokens = self._llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-        if len(tokens) >= self.n_ctx:
-            raise GenerationError(f"judgment prompt of {len(tokens)} tokens does not fit n_ctx={self.n_ctx}; "
-                                  "raise --n-ctx")
         with self._lock:
+            tokens = self._llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+            if len(tokens) >= self.n_ctx:
+                raise GenerationError(f"judgment prompt of {len(tokens)} tokens does not fit "
+                                      f"n_ctx={self.n_ctx}; raise --n-ctx")
             self._llm.reset()
             self._llm.eval(tokens)
             logits = np.ctypeslib.as_array(self._llm._ctx.get_logits(), shape=(self._llm.n_vocab(),))

@@ -1,0 +1,29 @@
+"""toolrank retrieval: the catalog, the hybrid index, and the pipeline that joins retrieval,
+scoring and the decision. Import this to use toolrank from Python."""
+
+from __future__ import annotations
+
+from .catalog import Catalog, CatalogError, Tool, ToolId, load_catalog, load_default_catalog, load_examples
+from .eligibility import Eligibility
+from .fusion import FusionConfig
+from .hits import Hit
+from .index import IndexLoadError, ToolIndex
+from .results import ScoredTool, SearchResult, TokenReport
+
+__all__ = [
+    "Catalog", "CatalogError", "Tool", "ToolId", "load_catalog", "load_default_catalog", "load_examples",
+    "Eligibility", "FusionConfig", "Hit", "IndexLoadError", "ToolIndex",
+    "ScoredTool", "SearchResult", "TokenReport",
+    "Pipeline", "Policy", "load_pipeline", "load_or_build_default",
+]
+
+
+def __getattr__(name: str):
+    # The pipeline pulls in the token counter and the shortcuts: load it on first use.
+    if name in ("Pipeline", "Policy", "load_pipeline"):
+        from . import pipeline
+        return getattr(pipeline, name)
+    if name == "load_or_build_default":
+        from .default_index import load_or_build_default
+        return load_or_build_default
+    raise AttributeError(f"module 'retrieval' has no attribute {name!r}")

@@ -1,0 +1,259 @@
+"""``toolrank``: a thin dispatcher. Each subcommand imports what it needs when it runs,
+so ``toolrank search`` never loads torch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+SHIPPED_QUESTIONS = Path(__file__).resolve().parent.parent / "training" / "data" / "questions.jsonl"
+
+
+def _add_index_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", type=Path, help="index folder (default: the shipped catalog, cached)")
+    p.add_argument("--catalog", type=Path, help="build an index from this catalog instead")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--examples", type=Path, help="example requests JSONL for --catalog")
+    g.add_argument("--no-examples", action="store_true", help="index without example requests")
+
+
+def _index_from(a: argparse.Namespace):
+    from .catalog import load_catalog, load_default_catalog, load_examples
+    from .default_index import load_or_build_default
+    from .index import ToolIndex
+
+    if a.index and a.catalog:
+        raise ValueError("give --index or --catalog, not both")
+    if a.index:
+        return ToolIndex.load(a.index)
+    if a.catalog:
+        cat = load_catalog(a.catalog)
+        if a.examples:
+            cat = cat.with_examples(load_examples(a.examples))
+        return ToolIndex.build(cat, with_examples=not a.no_examples, show_progress=True)
+    if a.no_examples:
+        return load_or_build_default(with_examples=False, show_progress=True)
+    if a.examples:
+        return ToolIndex.build(load_default_catalog(False).with_examples(load_examples(a.examples)), show_progress=True)
+    return load_or_build_default(show_progress=True)
+
+
+def _pipeline(index, model: Path | None, no_model: bool, threads: int):
+    from .default_index import load_or_build_default
+    from .pipeline import Pipeline
+
+    scorer = None
+    if not no_model:
+        from scorer import Scorer, default_model_path
+        path = model or default_model_path()
+        if model or (path / "model.onnx").exists():
+            scorer = Scorer.load(path, threads=threads)
+        else:
+            logging.getLogger("toolrank").warning("no model at %s: retrieval-only confidence", path)
+    return Pipeline(index, scorer, public_index=load_or_build_default())
+
+
+def cmd_index(a: argparse.Namespace) -> int:
+    from .catalog import load_catalog, load_examples
+    from .index import ToolIndex
+
+    cat = load_catalog(a.catalog)
+    if a.examples:
+        cat = cat.with_examples(load_examples(a.examples))
+    index = ToolIndex.build(cat, with_examples=not a.no_examples, show_progress=True)
+    out = index.save(a.out)
+    print(f"indexed {len(cat)} tools from {len(cat.servers)} servers into {out}")
+    return 0
+
+
+def cmd_search(a: argparse.Namespace) -> int:
+    from .eligibility import Eligibility
+
+    index = _index_from(a)
+    eligible = None
+    if a.server:
+        unknown = [s for s in a.server if s not in set(index.catalog.servers)]
+        if unknown:
+            raise ValueError(f"unknown server(s) {unknown}; `toolrank servers` lists them")
+        eligible = Eligibility.of(servers=a.server)
+    if a.retrieval_only:
+        hits = index.retrieve(a.request, a.need, eligible, k=a.k)
+        if a.json:
+            print(json.dumps([{"server": h.tool_id.server, "tool": h.tool_id.tool, "rank": h.rank, "score": h.score,
+                               "bm25_rank": h.bm25_rank, "dense_rank": h.dense_rank} for h in hits], indent=1))
+        else:
+            for h in hits:
+                print(f"{h.rank:>3}  {h.score:.4f}  {h.tool_id.server} / {h.tool_id.tool}  (bm25 #{h.bm25_rank}, dense #{h.dense_rank})")
+        return 0
+    pipe = _pipeline(index, a.model, a.no_model, a.threads)
+    res = pipe.search(a.request, a.need, eligible=eligible, k=a.k, explain=a.explain, fmt=a.format)
+    if a.json:
+        from .serialize import result_to_dict
+        print(json.dumps(result_to_dict(res), indent=1, ensure_ascii=False))
+        return 0
+    print(f"decision: {res.decision}   best probability: {res.best_probability:.3f}   attempt {res.attempt}")
+    print(res.message)
+    for t in res.tools:
+        tag = "" if t.source == "ranked" else f"  [{t.source}]"
+        print(f"{t.rank:>3}  p={t.probability:.3f}  {t.tool_id.server} / {t.tool_id.tool}{tag}")
+        if t.explanation:
+            e = t.explanation
+            print(f"       bm25 #{e['bm25_rank']}  dense #{e['dense_rank']}  terms: {', '.join(e['matched_terms'][:8])}")
+    if res.suggestions:
+        print("connect one of:", ", ".join(res.suggestions))
+    if res.tokens:
+        print(f"tokens: {res.tokens.selected:,} selected of {res.tokens.catalog:,} eligible "
+              f"({res.tokens.reduction:.1%} fewer, {res.tokens.encoding})")
+    return 0
+
+
+def cmd_eval(a: argparse.Namespace) -> int:
+    from .evaluate import evaluate, format_report, load_queries
+
+    index = _index_from(a)
+    queries = load_queries(a.queries, split=a.split)
+    if a.limit:
+        queries = queries[: a.limit]
+    stages = [s.strip() for s in a.stages.split(",") if s.strip()]
+    pipe = None
+    if "scorer" in stages or a.abstain or a.tokens:
+        pipe = _pipeline(index, a.model, a.no_model, a.threads)
+    reranker = None
+    if "scorer" in stages:
+        def reranker(request, need, hits, eligible):
+            return [tid for tid, _ in pipe.rank(request, need, hits)]
+    report = evaluate(index, queries, stages=stages, use_need=a.use_need, org_size=a.org_size, seed=a.seed,
+                      reranker=reranker, show_progress=not a.json)
+    if a.abstain:
+        from .abstention import abstention_report, format_abstention, plot_coverage_risk
+        rep = abstention_report(pipe, queries, show_progress=not a.json)
+        png = plot_coverage_risk(rep, a.plot) if a.plot else None
+        report["abstention"] = {k: v for k, v in rep.items() if k not in ("coverage", "risk")}
+        if png:
+            report["abstention"]["plot"] = str(png)
+    if a.tokens:
+        import numpy as np
+        red = [pipe.search(q.query, None).tokens.reduction for q in queries]
+        report["token_reduction_mean"] = float(np.mean(red))
+    if a.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(format_report(report))
+        if a.abstain:
+            print()
+            print(format_abstention(rep))
+            if report["abstention"].get("plot"):
+                print(f"  coverage-risk curve: {report['abstention']['plot']}")
+        if a.tokens:
+            print(f"\nmean token reduction of the selected definitions vs the eligible catalog: {report['token_reduction_mean']:.1%}")
+    return 0
+
+
+def cmd_servers(a: argparse.Namespace) -> int:
+    index = _index_from(a)
+    for s in index.catalog.servers:
+        print(f"{s}\t{len(index.catalog.server_tools(s))} tools")
+    return 0
+
+
+def _forward(module: str, argv: list[str]) -> int:
+    import importlib
+    return int(importlib.import_module(module).main(argv) or 0)
+
+
+FORWARDED = {
+    "train": ("training.train", "fine-tune the cross-encoder (needs the [train] extra)"),
+    "calibrate": ("training.calibrate", "fit the confidence model on dev"),
+    "export": ("training.export", "export a trained cross-encoder to ONNX"),
+    "generate": ("training.generate", "generate examples, questions and judgments through an LLM"),
+    "data": ("training.dataset", "validate or summarise the shipped data set"),
+    "serve": ("serve.cli", "run the HTTP service"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="toolrank", description="Find the MCP tools that fit a request, with calibrated confidence.")
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("index", help="build an index from a catalog file")
+    s.add_argument("--catalog", type=Path, required=True)
+    s.add_argument("--examples", type=Path)
+    s.add_argument("--no-examples", action="store_true")
+    s.add_argument("--out", type=Path, required=True)
+    s.set_defaults(func=cmd_index)
+
+    s = sub.add_parser("search", help="find the tools for one request")
+    s.add_argument("request")
+    s.add_argument("--need")
+    _add_index_source(s)
+    s.add_argument("--server", action="append", help="restrict to this server (repeat; names may contain commas)")
+    s.add_argument("-k", type=int, default=None, help="tools to return (default: policy, 10; 100 with --retrieval-only)")
+    s.add_argument("--model", type=Path, help="scorer model folder (default: the shipped one)")
+    s.add_argument("--no-model", action="store_true", help="retrieval-only confidence")
+    s.add_argument("--retrieval-only", action="store_true", help="print the fused top-k without scoring")
+    s.add_argument("--explain", action="store_true")
+    s.add_argument("--format", choices=["mcp", "openai", "anthropic"], default="mcp")
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_search)
+
+    s = sub.add_parser("eval", help="measure retrieval and scoring on labelled queries")
+    s.add_argument("--queries", type=Path, default=SHIPPED_QUESTIONS, help="queries JSONL (default: the shipped questions)")
+    _add_index_source(s)
+    s.add_argument("--split", help="keep only this split's queries (train, dev, test)")
+    s.add_argument("--use-need", action="store_true", help="add the need line to the request")
+    s.add_argument("--org-size", type=int, help="search inside a random organisation of N servers per query")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--stages", default="bm25,dense,hybrid,scorer")
+    s.add_argument("--model", type=Path)
+    s.add_argument("--no-model", action="store_true")
+    s.add_argument("--abstain", action="store_true", help="also measure abstention (AUROC, no_fit shares)")
+    s.add_argument("--plot", type=Path, help="with --abstain: write the coverage-risk curve PNG here")
+    s.add_argument("--tokens", action="store_true", help="also report the mean token reduction")
+    s.add_argument("--limit", type=int, help="only the first N queries")
+    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("servers", help="list the servers of an index")
+    _add_index_source(s)
+    s.set_defaults(func=cmd_servers)
+
+    for name, (_, help_text) in FORWARDED.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in FORWARDED:
+        try:
+            return _forward(FORWARDED[argv[0]][0], argv[1:])
+        except ModuleNotFoundError as exc:
+            print(f"toolrank {argv[0]}: missing dependency {exc.name!r}; install with: pip install -e '.[train]'",
+                  file=sys.stderr)
+            return 2
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(a, "k", None) is None and a.cmd == "search":
+        a.k = 100 if a.retrieval_only else None
+    if a.cmd == "eval" and a.abstain and "scorer" not in a.stages and a.no_model is False:
+        pass
+    try:
+        return a.func(a)
+    except (ValueError, OSError) as exc:  # domain errors: one line, no traceback
+        print(f"toolrank {a.cmd}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

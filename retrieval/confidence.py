@@ -1,0 +1,124 @@
+"""Calibrated probability per candidate: the scorer's logit joined with retrieval evidence.
+
+A 22M-parameter cross-encoder alone ranks worse than the hybrid retrieval on requests
+that describe a symptom (the example requests carry that knowledge, and only retrieval
+sees them). So the probability is a logistic model over the cross-encoder logit *and*
+the retrieval evidence of the same candidate list, fitted on dev questions
+(training/calibrate.py). Being logistic, it is calibrated by construction on data like
+dev; ECE is reported on test.
+
+The same class without a logit (``uses_logit=False``) gives a retrieval-only probability,
+so the pipeline decides sensibly even without a model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .hits import Hit
+
+__all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "candidate_features", "default_confidence_path"]
+
+MISSING_RANK = 201.0  # a candidate absent from one list sits just past its depth
+RETRIEVAL_FEATURES = ("log_fused_rank", "log_bm25_rank", "log_dense_rank", "dense_score", "dense_gap",
+                      "bm25_rel", "fused_rel")
+FEATURES = ("logit", "logit_gap") + RETRIEVAL_FEATURES
+
+
+def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per-candidate features of one ranked list (all relative ones are within this list)."""
+    n = len(hits)
+    f: dict[str, np.ndarray] = {}
+    fused = np.array([h.score for h in hits], dtype=np.float64)
+    f["log_fused_rank"] = np.log(np.array([h.rank for h in hits], dtype=np.float64))
+    f["log_bm25_rank"] = np.log(np.array([h.bm25_rank or MISSING_RANK for h in hits], dtype=np.float64))
+    f["log_dense_rank"] = np.log(np.array([h.dense_rank or MISSING_RANK for h in hits], dtype=np.float64))
+    dense = np.array([h.dense_score if h.dense_score is not None else np.nan for h in hits], dtype=np.float64)
+    floor = np.nanmin(dense) if n and np.isfinite(dense).any() else 0.0
+    dense = np.where(np.isfinite(dense), dense, floor)
+    f["dense_score"] = dense
+    f["dense_gap"] = dense - (dense.max() if n else 0.0)
+    bm25 = np.array([h.bm25_score or 0.0 for h in hits], dtype=np.float64)
+    f["bm25_rel"] = bm25 / bm25.max() if n and bm25.max() > 0 else np.zeros(n)
+    f["fused_rel"] = fused / fused.max() if n and fused.max() > 0 else np.zeros(n)
+    if logits is not None:
+        z = np.asarray(logits, dtype=np.float64)
+        f["logit"] = z
+        f["logit_gap"] = z - (z.max() if n else 0.0)
+    return f
+
+
+@dataclass(frozen=True)
+class ConfidenceModel:
+    """p = sigmoid(w . standardised(features) + b)."""
+
+    features: tuple[str, ...]
+    weights: tuple[float, ...]
+    bias: float
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    fitted_on: str = ""
+
+    def __post_init__(self) -> None:
+        k = len(self.features)
+        if not (len(self.weights) == len(self.mean) == len(self.scale) == k):
+            raise ValueError(f"confidence model: {k} features but {len(self.weights)} weights, "
+                             f"{len(self.mean)} means, {len(self.scale)} scales")
+        unknown = set(self.features) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"confidence model: unknown features {sorted(unknown)}; known: {FEATURES}")
+
+    @property
+    def uses_logit(self) -> bool:
+        return "logit" in self.features or "logit_gap" in self.features
+
+    def matrix(self, feats: dict[str, np.ndarray]) -> np.ndarray:
+        missing = [name for name in self.features if name not in feats]
+        if missing:
+            raise ValueError(f"confidence model needs features {missing}; pass the scorer's logits")
+        x = np.stack([feats[name] for name in self.features], axis=1) if self.features else np.zeros((0, 0))
+        return (x - np.asarray(self.mean)) / np.asarray(self.scale)
+
+    def decision_values(self, feats: dict[str, np.ndarray]) -> np.ndarray:
+        return self.matrix(feats) @ np.asarray(self.weights) + self.bias
+
+    def probabilities(self, hits: Sequence[Hit], logits: np.ndarray | None = None) -> np.ndarray:
+        if not len(hits):
+            return np.zeros(0)
+        z = self.decision_values(candidate_features(hits, logits))
+        return np.exp(-np.logaddexp(0.0, -z))  # stable sigmoid
+
+    def to_dict(self) -> dict:
+        return {"features": list(self.features), "weights": list(self.weights), "bias": self.bias,
+                "mean": list(self.mean), "scale": list(self.scale), "fitted_on": self.fitted_on}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ConfidenceModel":
+        try:
+            return cls(tuple(d["features"]), tuple(float(x) for x in d["weights"]), float(d["bias"]),
+                       tuple(float(x) for x in d["mean"]), tuple(float(x) for x in d["scale"]), d.get("fitted_on", ""))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed confidence model: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ConfidenceModel":
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise ValueError(f"{path}: confidence model not found") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: invalid JSON ({exc.msg})") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+
+def default_confidence_path() -> Path:
+    """Retrieval-only confidence, fitted on dev; used when no scorer model is loaded."""
+    return Path(__file__).parent / "data" / "retrieval_confidence.json"

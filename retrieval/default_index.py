@@ -1,0 +1,48 @@
+"""The default index of the shipped catalog, built once into a cache folder.
+
+The folder is ``$TOOLRANK_CACHE`` or ``~/.cache/toolrank``; the index lives in a
+subfolder named after the shipped data's hash, so a new catalog release rebuilds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+from .catalog import default_catalog_path, default_examples_path, load_default_catalog
+from .index import IndexLoadError, ToolIndex
+
+__all__ = ["cache_dir", "default_index_path", "load_or_build_default"]
+
+log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TOOLRANK_CACHE") or Path.home() / ".cache" / "toolrank")
+
+
+def default_index_path(with_examples: bool = True) -> Path:
+    h = hashlib.sha256()
+    for p in (default_catalog_path(), default_examples_path(), Path(__file__).with_name("text.py")):
+        h.update(p.read_bytes())
+    return cache_dir() / f"mcp-zero-{'ex' if with_examples else 'noex'}-{h.hexdigest()[:12]}"
+
+
+def load_or_build_default(*, with_examples: bool = True, show_progress: bool = False) -> ToolIndex:
+    """Load the cached default index, building (and caching) it on first use."""
+    path = default_index_path(with_examples)
+    if (path / "manifest.json").exists():
+        try:
+            return ToolIndex.load(path)
+        except IndexLoadError as exc:
+            log.warning("rebuilding the default index: %s", exc)
+    log.info("building the default index of the shipped catalog into %s (once)", path)
+    index = ToolIndex.build(load_default_catalog(with_examples=with_examples), with_examples=with_examples,
+                            show_progress=show_progress)
+    try:
+        index.save(path)
+    except OSError as exc:  # a read-only home still gets a working index
+        log.warning("could not cache the default index at %s: %s", path, exc)
+    return index

@@ -1,0 +1,334 @@
+"""The full request path: eligibility -> shortcuts -> retrieve 100 -> score -> decide.
+
+    from retrieval import load_pipeline
+    pipe = load_pipeline()                       # shipped catalog index + shipped scorer
+    result = pipe.search("list shard allocation for an index")
+    result.decision, [(t.tool_id, t.probability) for t in result.tools]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+import numpy as np
+
+from .always_available import AlwaysAvailable
+from .bm25 import tokenize
+from .catalog import Tool, ToolId
+from .confidence import ConfidenceModel, default_confidence_path
+from .definitions import build_definitions
+from .eligibility import Eligibility
+from .exact_names import ExactNameMatcher
+from .hits import Hit
+from .index import ToolIndex
+from .results import ScoredTool, SearchResult, TokenReport
+from .server_mentions import ServerMentionMatcher
+from .text import tool_document
+from .tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from scorer import Scorer
+
+__all__ = ["Policy", "Pipeline", "load_pipeline"]
+
+log = logging.getLogger(__name__)
+Format = Literal["mcp", "openai", "anthropic"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Decision thresholds; per deployment, overridable per tenant.
+
+    Defaults were chosen on dev questions (README, "Decision thresholds"): ``proceed``
+    when the best calibrated probability reaches ``proceed_threshold``; otherwise
+    ``search_again`` once, then ``no_fit``.
+    """
+
+    proceed_threshold: float = 0.3
+    floor: float = 0.05                 # tools below this join only to reach min_results
+    min_results: int = 5
+    max_results: int = 10
+    candidates: int = 100               # retrieved and scored per request
+    server_mention_confidence: float = 0.95
+    exact_name_confidence: float = 0.9
+    suggestions: int = 3                # public servers named on no_fit
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.floor <= 1.0 or not 0.0 <= self.proceed_threshold <= 1.0:
+            raise ValueError(f"thresholds must lie in [0, 1]: floor={self.floor}, proceed_threshold={self.proceed_threshold}")
+        if not 1 <= self.min_results <= self.max_results:
+            raise ValueError(f"need 1 <= min_results <= max_results, got {self.min_results} and {self.max_results}")
+        if not 1 <= self.candidates <= 1000:
+            raise ValueError(f"candidates must be 1..1000, got {self.candidates}")
+
+    def with_overrides(self, **overrides: Any) -> "Policy":
+        """A copy with the given fields changed (unknown names raise TypeError)."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+class Pipeline:
+    """Retrieval + scorer + decision over one index. Safe to share between threads."""
+
+    def __init__(self, index: ToolIndex, scorer: "Scorer | None" = None, *, policy: Policy | None = None,
+                 always_available: AlwaysAvailable | None = None, public_index: ToolIndex | None = None,
+                 confidence: ConfidenceModel | None = None, token_counter: TokenCounter | None = None):
+        self.index = index
+        self.scorer = scorer
+        self.policy = policy or Policy()
+        self.always_available = always_available or AlwaysAvailable(())
+        self.public_index = public_index
+        if confidence is None:
+            confidence = self._default_confidence(scorer)
+        if confidence.uses_logit and scorer is None:
+            raise ValueError("this confidence model needs a scorer's logits; pass scorer= or a retrieval-only model")
+        self.confidence = confidence
+        self.tokens = token_counter or TokenCounter()
+        self._matchers_version = -1
+        self._catalog_tokens: dict[tuple, int] = {}
+        self._refresh_matchers()
+
+    @staticmethod
+    def _default_confidence(scorer: "Scorer | None") -> ConfidenceModel:
+        path = getattr(scorer, "path", None)
+        if scorer is not None and path is not None and (Path(path) / "combiner.json").exists():
+            return ConfidenceModel.load(Path(path) / "combiner.json")
+        if scorer is not None:
+            log.warning("scorer at %s has no combiner.json: using retrieval-only confidence", path)
+        return ConfidenceModel.load(default_confidence_path())
+
+    def _refresh_matchers(self) -> None:
+        """Name matchers follow catalog updates (cheap to rebuild)."""
+        if self._matchers_version == self.index.version:
+            return
+        catalog = self.index.catalog
+        self._mentions = ServerMentionMatcher(catalog.servers)
+        self._exact = ExactNameMatcher([t.id for t in catalog.tools])
+        self._catalog_tokens.clear()
+        self._matchers_version = self.index.version
+
+    # ------------------------------------------------------------------ scoring
+
+    def probabilities(self, request: str, need: str | None, hits: Sequence[Hit]) -> np.ndarray:
+        """Calibrated P(the tool itself does what was asked) for each hit of one ranked list."""
+        if not hits:
+            return np.zeros(0)
+        logits = None
+        if self.confidence.uses_logit:
+            tools = [self.index.catalog[h.tool_id] for h in hits]
+            logits = self.scorer.logits(request, need, tools)
+        return self.confidence.probabilities(hits, logits)
+
+    def rank(self, request: str, need: str | None, hits: Sequence[Hit]) -> list[tuple[ToolId, float]]:
+        """Hits re-ordered by probability, best first (ties keep retrieval order)."""
+        p = self.probabilities(request, need, hits)
+        order = np.argsort(-p, kind="stable")
+        return [(hits[i].tool_id, float(p[i])) for i in order]
+
+    def score(self, request: str, need: str | None, tools: Sequence[Tool]) -> list[float]:
+        """The scorer's calibrated probability for arbitrary (request, tool) pairs.
+
+        Raises:
+            ValueError: no scorer model is loaded.
+        """
+        if self.scorer is None:
+            raise ValueError("no scorer model is loaded: start with a model folder (--model) to use /v1/score")
+        return self.scorer.score(request, need, tools)
+
+    @property
+    def model_info(self) -> dict[str, Any]:
+        if self.scorer is None:
+            return {"name": "retrieval-only", "version": "0"}
+        info = self.scorer.info
+        return {"name": info.get("name", "toolrank-reranker"), "version": str(info.get("version", "0"))}
+
+    # ------------------------------------------------------------------ the request path
+
+    def search(self, request: str, need: str | None = None, *, eligible: Eligibility | None = None,
+               previous: SearchResult | Any | None = None, k: int | None = None, explain: bool = False,
+               fmt: Format = "mcp", policy: Policy | None = None) -> SearchResult:
+        """Find the tools that fit ``request`` among the eligible ones, and decide.
+
+        Args:
+            request: the user's request as written.
+            need: the agent's one-line need, if any.
+            eligible: the tenant's allowed servers/tools; nothing else is ever returned.
+            previous: the result of the first attempt (anything with ``.attempt``); makes this the second.
+            k: how many tools to return at most (default: the policy's max_results).
+            explain: attach per-tool explanations.
+            fmt: definition format: "mcp", "openai" or "anthropic".
+            policy: thresholds for this call (e.g. the tenant's), else the pipeline's.
+        Raises:
+            ValueError: empty request, k < 1, unknown format.
+        """
+        t0 = time.perf_counter()
+        if not isinstance(request, str) or not request.strip():
+            raise ValueError("request must be a non-empty string")
+        if k is not None and k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if fmt not in ("mcp", "openai", "anthropic"):
+            raise ValueError(f"unknown format {fmt!r}: use mcp, openai or anthropic")
+        policy = policy or self.policy
+        eligible = eligible or Eligibility()
+        attempt = 1 if previous is None else min(int(getattr(previous, "attempt", 1)) + 1, 2)
+        max_results = k or policy.max_results
+        self._refresh_matchers()
+        catalog = self.index.catalog
+
+        # Shortcuts. Each is checked against eligibility: an ineligible server or tool
+        # behaves exactly like one that does not exist.
+        always = [t for t in self.always_available.match(request, eligible) if t in catalog]
+        mentioned = [s for s in self._mentions.find(request) if eligible.allows_server(s)]
+        search_eligible = eligible.narrowed_to(mentioned) if mentioned else eligible
+        exact = [t for t in self._exact.find(request, eligible) if t in catalog]
+
+        hits = self.index.retrieve(request, need, search_eligible, k=policy.candidates)
+        retrieved = {h.tool_id for h in hits}
+        for tid in exact:  # a tool named exactly is always scored, even if retrieval missed it
+            if tid not in retrieved:
+                hits.append(Hit(tid, len(hits) + 1, 0.0))
+        probs = self.probabilities(request, need, hits)
+
+        source: dict[ToolId, str] = {}
+        for tid in exact:
+            i = next(i for i, h in enumerate(hits) if h.tool_id == tid)
+            probs[i] = max(probs[i], policy.exact_name_confidence)
+            source[tid] = "exact_name"
+        if mentioned and len(hits):
+            top = int(np.argmax(probs))
+            probs[top] = max(probs[top], policy.server_mention_confidence)
+            source.setdefault(hits[top].tool_id, "server_mention")
+
+        order = [int(i) for i in np.argsort(-probs, kind="stable")]
+        best = max([float(probs[order[0]])] if order else [0.0])
+        if always:
+            best = 1.0
+
+        if best >= policy.proceed_threshold:
+            decision = "proceed"
+        elif attempt == 1:
+            decision = "search_again"
+        else:
+            decision = "no_fit"
+
+        chosen: list[tuple[ToolId, float, str]] = [(t, 1.0, "always_available") for t in always]
+        if decision != "no_fit":
+            for i in order:
+                if len(chosen) >= max_results:
+                    break
+                tid = hits[i].tool_id
+                if tid in always:
+                    continue
+                p = float(probs[i])
+                if p < policy.floor and len(chosen) >= policy.min_results and source.get(tid) != "exact_name":
+                    break
+                chosen.append((tid, p, source.get(tid, "ranked")))
+            for tid in exact:  # named tools stay even when the list is full
+                if all(c[0] != tid for c in chosen):
+                    chosen.append((tid, float(probs[next(i for i, h in enumerate(hits) if h.tool_id == tid)]), "exact_name"))
+
+        selected_tools = [catalog[c[0]] for c in chosen]
+        defs = build_definitions(selected_tools, fmt)
+        hit_of = {h.tool_id: h for h in hits}
+        query_terms = set(tokenize([self.index.query_text(request, need)])[0]) if explain else set()
+        tools_out = []
+        for rank, ((tid, p, src), defn) in enumerate(zip(chosen, defs.definitions), 1):
+            expl = self._explain(hit_of.get(tid), catalog[tid], p, src, decision, policy, query_terms) if explain else None
+            tools_out.append(ScoredTool(tid, p, rank, src, defn, expl))
+
+        suggestions = self._suggest(request, need, eligible, policy) if decision == "no_fit" else []
+        result = SearchResult(
+            decision=decision, tools=tools_out, best_probability=float(best), attempt=attempt,
+            tokens=self._token_report(selected_tools, eligible, fmt),
+            message=self._message(decision, best, policy, mentioned, suggestions),
+            suggestions=suggestions, restricted_to=mentioned,
+        )
+        log.debug("search: %s best=%.3f attempt=%d in %.1f ms", decision, best, attempt, (time.perf_counter() - t0) * 1e3)
+        return result
+
+    # ------------------------------------------------------------------ helpers
+
+    def _token_report(self, selected: list[Tool], eligible: Eligibility, fmt: str) -> TokenReport:
+        key = (eligible.servers, eligible.tools, fmt)
+        if key not in self._catalog_tokens:
+            pool = [t for t in self.index.catalog.tools if eligible.allows(t.id)]
+            self._catalog_tokens[key] = self.tokens.total(pool, fmt)
+            if len(self._catalog_tokens) > 1024:  # bound the cache: tenants are few, but be safe
+                self._catalog_tokens.pop(next(iter(self._catalog_tokens)))
+        selected_tokens = self.tokens.total(selected, fmt) if selected else 0
+        return TokenReport(selected_tokens, self._catalog_tokens[key], self.tokens.encoding)
+
+    def _explain(self, hit: Hit | None, tool: Tool, p: float, src: str, decision: str, policy: Policy,
+                 query_terms: set[str]) -> dict[str, Any]:
+        doc_terms = set(tokenize([tool_document(tool, with_examples=self.index.with_examples)])[0])
+        out: dict[str, Any] = {
+            "probability": round(p, 4),
+            "source": src,
+            "fused_rank": hit.rank if hit and hit.score else None,
+            "fused_score": round(hit.score, 6) if hit and hit.score else None,
+            "bm25_rank": hit.bm25_rank if hit else None,
+            "bm25_score": round(hit.bm25_score, 4) if hit and hit.bm25_score is not None else None,
+            "dense_rank": hit.dense_rank if hit else None,
+            "dense_score": round(hit.dense_score, 4) if hit and hit.dense_score is not None else None,
+            "matched_terms": sorted(query_terms & doc_terms),
+        }
+        reasons = {
+            "always_available": "always-available tool whose keywords the request contains",
+            "server_mention": f"best tool of the server the request names (confidence floor {policy.server_mention_confidence})",
+            "exact_name": "the request names this tool exactly",
+            "ranked": f"ranked by calibrated probability; decision {decision} "
+                      f"(proceed at >= {policy.proceed_threshold}, list floor {policy.floor})",
+        }
+        out["reason"] = reasons[src]
+        return out
+
+    def _suggest(self, request: str, need: str | None, eligible: Eligibility, policy: Policy) -> list[str]:
+        """Public servers (never a tenant's private ones) that would most likely answer."""
+        if self.public_index is None:
+            return []
+        out: list[str] = []
+        for h in self.public_index.retrieve(request, need, None, k=50):
+            s = h.tool_id.server
+            if s not in out and not eligible.allows_server(s):
+                out.append(s)
+            if len(out) >= policy.suggestions:
+                break
+        return out
+
+    @staticmethod
+    def _message(decision: str, best: float, policy: Policy, mentioned: list[str], suggestions: list[str]) -> str:
+        scope = f" (restricted to {', '.join(mentioned)}, as the request names it)" if mentioned else ""
+        if decision == "proceed":
+            return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
+        if decision == "search_again":
+            return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
+                    "Search again with a more specific need, passing this result as `previous`.")
+        tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
+        return f"No connected tool fits this request (best {best:.2f} after two searches).{tail}"
+
+
+def load_pipeline(index_dir: str | Path | None = None, model_dir: str | Path | None | Literal[False] = None, *,
+                  policy: Policy | None = None, always_available: AlwaysAvailable | None = None,
+                  threads: int = 2, public_suggestions: bool = True) -> Pipeline:
+    """A ready pipeline: the given (or default) index and the given (or shipped) scorer.
+
+    ``model_dir=False`` runs without a scorer (retrieval-only confidence).
+    """
+    from .default_index import load_or_build_default
+
+    index = ToolIndex.load(index_dir) if index_dir else load_or_build_default()
+    scorer = None
+    if model_dir is not False:
+        from scorer import Scorer, default_model_path
+        path = Path(model_dir) if model_dir else default_model_path()
+        if model_dir or (path / "model.onnx").exists():
+            scorer = Scorer.load(path, threads=threads)
+        else:
+            log.warning("no shipped scorer at %s: using retrieval-only confidence", path)
+    # A separate, never-updated copy of the shipped catalog: servers added at run time
+    # (a tenant's private ones) must never be suggested to anyone.
+    public = load_or_build_default() if public_suggestions else None
+    return Pipeline(index, scorer, policy=policy, always_available=always_available, public_index=public)

@@ -1,0 +1,127 @@
+"""``toolrank serve``: run the HTTP service with uvicorn.
+
+Each uvicorn worker builds its own app (factory mode) from ``TOOLRANK_*`` environment variables
+that this command sets from its options, so every worker sees the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="toolrank serve",
+        description="Serve tool search and scoring over HTTP (see /docs once running).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--config", type=Path, help="tenants file (TOML/JSON): API key hashes, servers, thresholds. "
+                                              "Without it the service runs open, on loopback only.")
+    p.add_argument("--index", type=Path, dest="index_dir",
+                   help="index store folder shared by workers and replicas (seeded on first start)")
+    p.add_argument("--catalog", type=Path, help="catalog file to build the first index from (empty store only)")
+    p.add_argument("--model", type=Path, dest="model_dir", help="scorer model folder (default: the shipped one)")
+    p.add_argument("--poll-interval", type=float, default=None,
+                   help="seconds between checks for a newer index version (default 2)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--app", default="serve.app:create_app", metavar="MODULE:FACTORY",
+                   help="advanced: the app factory each worker calls (a custom pipeline, tests)")
+    p.add_argument("--new-key", action="store_true",
+                   help="print a new random API key and the sha256 to put in the tenants file, then exit")
+    return p
+
+
+def _env_for(args: argparse.Namespace) -> dict[str, str]:
+    env = {}
+    if args.config is not None:
+        env["TOOLRANK_CONFIG"] = str(args.config.resolve())
+    else:
+        env["TOOLRANK_AUTH_DISABLED"] = "1"
+    for name, value in (("INDEX_DIR", args.index_dir), ("CATALOG", args.catalog), ("MODEL_DIR", args.model_dir)):
+        if value is not None:
+            env[f"TOOLRANK_{name}"] = str(Path(value).resolve())
+    if args.poll_interval is not None:
+        env["TOOLRANK_POLL_INTERVAL_S"] = str(args.poll_interval)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``toolrank serve``; returns the exit status (2 for bad options)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        argv = argv[1:]
+    args = build_parser().parse_args(argv)
+
+    if args.new_key:
+        from .tenants import new_key
+
+        key, digest = new_key()
+        sys.stdout.write(f"api key (give to the client, store nowhere): {key}\nkey_sha256 (tenants file): {digest}\n")
+        return 0
+    if args.workers < 1:
+        sys.stderr.write(f"--workers {args.workers}: use 1 or more\n")
+        return 2
+    if args.config is None:
+        if args.host not in LOOPBACK:
+            sys.stderr.write(f"refusing to serve without API keys on {args.host}: pass --config FILE (tenants and "
+                             "key hashes), or bind --host 127.0.0.1 for local development\n")
+            return 2
+        sys.stderr.write("WARNING: no --config: authentication is OFF and every caller is an admin. "
+                         f"Serving on {args.host} only; pass --config FILE for API keys and tenants.\n")
+
+    env = _env_for(args)
+    cleanup: list[Path] = []
+    if args.workers > 1 and args.index_dir is None:  # workers must share one store to share updates
+        store = Path(tempfile.mkdtemp(prefix="toolrank-store-"))
+        cleanup.append(store)
+        env["TOOLRANK_INDEX_DIR"] = str(store)
+        sys.stderr.write(f"note: no --index: catalog changes live in {store} and are lost at exit\n")
+    if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        metrics_dir = Path(tempfile.mkdtemp(prefix="toolrank-metrics-"))
+        cleanup.append(metrics_dir)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    os.environ.update(env)
+
+    # Check settings and tenants here, so a bad file fails once with a clear message.
+    from pydantic import ValidationError
+
+    from .settings import Settings
+    from .tenants import TenantConfigError, load_tenants
+
+    try:
+        settings = Settings()
+        if settings.config is not None:
+            load_tenants(settings.config)
+    except (ValidationError, TenantConfigError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+
+    import uvicorn
+
+    from .logs import log_config
+
+    try:
+        uvicorn.run(
+            args.app, factory=True, host=args.host, port=args.port, workers=args.workers,
+            log_config=log_config(args.log_level), access_log=False, timeout_graceful_shutdown=30,
+            proxy_headers=True, server_header=False,
+        )
+    finally:
+        for path in cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""Building the real pipeline for the service: index store seed, scorer, pipeline factory.
+
+Imported lazily by the app's start-up, so an app built with an injected pipeline never touches
+the index, the encoder or the scorer packages.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .settings import Settings
+
+__all__ = ["PipelineParts", "load_scorer", "default_parts"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PipelineParts:
+    """What the engine needs: how to load a saved index, seed the store, and wrap an index."""
+
+    load: Callable[[Path], Any]
+    seed: Callable[[], Any]
+    make_pipeline: Callable[[Any], Any]
+    scorer: dict[str, Any] = field(default_factory=dict)
+
+
+def load_scorer(settings: Settings) -> tuple[Any | None, dict[str, Any]]:
+    """The scorer named by the settings, or the shipped default, or none (said in the status).
+
+    Raises:
+        Exception: an explicitly configured model folder that fails to load, or a missing
+            scorer with ``require_scorer`` set.
+    """
+    try:
+        import scorer as scorer_pkg
+        Scorer = scorer_pkg.Scorer
+    except (ImportError, AttributeError) as exc:
+        if settings.model_dir is not None or settings.require_scorer:
+            raise RuntimeError(f"the scorer package cannot be imported ({exc}); install toolrank fully") from exc
+        return None, {"loaded": False, "detail": "scorer package unavailable: probabilities come from retrieval alone"}
+    path: Path | None = settings.model_dir
+    if path is None:
+        default = getattr(scorer_pkg, "default_model_path", None)
+        path = Path(default()) if callable(default) else None
+        if path is None or not path.exists():
+            where = f"no scorer model at {path}" if path is not None else "no scorer model configured"
+            if settings.require_scorer:
+                raise RuntimeError(f"{where}; pass --model DIR")
+            return None, {"loaded": False,
+                          "detail": f"{where} (pass --model DIR): probabilities come from retrieval alone"}
+    scorer = Scorer.load(path)  # explicit or default present: a failure here is fatal
+    info = getattr(scorer, "info", None) or getattr(scorer, "model_info", None) or {}
+    log.info("loaded scorer from %s", path)
+    return scorer, {"loaded": True, **{k: info[k] for k in _PUBLIC_INFO if k in info}}
+
+
+_PUBLIC_INFO = ("name", "version", "base_model", "quantization", "record_format_version", "max_length")
+
+
+def default_parts(settings: Settings) -> PipelineParts:
+    """Parts of the real pipeline: ``ToolIndex`` + ``Pipeline`` + ``Scorer``.
+
+    Every index version this worker loads shares one encoder (the first one made or loaded).
+    """
+    from retrieval.index import ToolIndex
+    from retrieval.pipeline import Pipeline
+
+    scorer, scorer_status = load_scorer(settings)
+    shared: dict[str, Any] = {}
+
+    def encoder() -> Any | None:
+        if "encoder" not in shared:
+            try:
+                from retrieval.encoder import OnnxEncoder
+            except ImportError:
+                shared["encoder"] = None
+            else:
+                shared["encoder"] = OnnxEncoder()
+        return shared["encoder"]
+
+    def keep_encoder(index: Any) -> Any:
+        shared.setdefault("encoder", getattr(index, "encoder", None))
+        return index
+
+    def load(path: Path) -> Any:
+        enc = encoder()
+        return ToolIndex.load(path, encoder=enc) if enc is not None else ToolIndex.load(path)
+
+    def seed() -> Any:
+        if settings.catalog is not None:
+            from retrieval.catalog import load_catalog
+
+            log.info("building the first index from %s", settings.catalog)
+            return ToolIndex.build(load_catalog(settings.catalog), encoder=encoder())
+        if settings.index_dir is not None and (Path(settings.index_dir) / "manifest.json").exists():
+            log.info("seeding the store from the saved index in %s", settings.index_dir)
+            return load(Path(settings.index_dir))
+        try:
+            from retrieval.default_index import load_or_build_default
+        except ImportError:
+            from retrieval.catalog import load_default_catalog
+
+            log.info("building the default index from the shipped catalog (about a minute)")
+            return ToolIndex.build(load_default_catalog(), encoder=encoder())
+        return keep_encoder(load_or_build_default())
+
+    def make_pipeline(index: Any) -> Any:
+        return Pipeline(index, scorer)
+
+    return PipelineParts(load, seed, make_pipeline, scorer_status)

@@ -1,0 +1,46 @@
+"""Deterministic stand-ins shared by tests: no model files, no network."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Sequence
+
+import numpy as np
+
+from retrieval.catalog import Catalog, Tool
+
+
+class HashEncoder:
+    """Bag-of-words hashed into 64 dims: texts sharing words get similar vectors."""
+
+    name = "hash-encoder-test"
+    dim = 64
+
+    def __init__(self) -> None:
+        self.calls = 0          # how many texts were embedded (to check incremental updates)
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+        self.calls += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in re.findall(r"[a-z0-9]+", t.lower()):
+                h = int(hashlib.md5(w.encode()).hexdigest(), 16)
+                out[i, h % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.clip(norms, 1e-9, None)
+
+
+def tiny_catalog() -> Catalog:
+    """Four servers, eight tools, hand-checked."""
+    tools = [
+        Tool("Elasticsearch", "get_shards", "Get shard allocation and status for an index", None, "Search engine"),
+        Tool("Elasticsearch", "list_indices", "List all indices in the cluster", None, "Search engine"),
+        Tool("GitHub", "create_issue", "Create a new issue in a repository", None, "Code hosting"),
+        Tool("GitHub", "list_pull_requests", "List pull requests of a repository", None, "Code hosting"),
+        Tool("Slack", "post_message", "Post a message to a channel", None, "Team chat"),
+        Tool("Slack", "list_channels", "List the channels of a workspace", None, "Team chat"),
+        Tool("Weather", "get_forecast", "Weather forecast for a city", None, "Weather data"),
+        Tool("Weather", "get_alerts", "Severe weather alerts for a region", None, "Weather data"),
+    ]
+    return Catalog(tools)

@@ -1,0 +1,151 @@
+"""The service over the real ToolIndex + Pipeline on the 5-server MCP-Zero catalog."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("retrieval.pipeline")
+pytest.importorskip("retrieval.index")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from serve.app import create_app  # noqa: E402
+from serve.settings import Settings  # noqa: E402
+from serve.tenants import hash_key  # noqa: E402
+from serve_fakes import wait_ready  # noqa: E402
+
+CATALOG = Path("/work/shared/data/mcp_zero/mcp_tools_5.json")
+if not CATALOG.exists():
+    CATALOG = Path(__file__).resolve().parents[2] / "tests" / "data" / "mcp_tools_5.json"
+ACME = ["AgentQL", "Aiven", "Apache IoTDB"]
+HIDDEN = "Apify"
+
+TENANTS = f"""
+[[tenants]]
+name = "ops"
+admin = true
+key_sha256 = ["{hash_key('k-ops')}"]
+servers = "*"
+
+[[tenants]]
+name = "acme"
+key_sha256 = ["{hash_key('k-acme')}"]
+servers = {ACME!r}
+""".replace("'", '"')
+
+
+@pytest.fixture(scope="module")
+def real_pipeline():
+    if not CATALOG.exists():
+        pytest.skip("tiny catalog mcp_tools_5.json not available")
+    from retrieval.catalog import load_catalog
+    from retrieval.index import ToolIndex
+    from retrieval.pipeline import Pipeline
+
+    return Pipeline(ToolIndex.build(load_catalog(CATALOG)))
+
+
+@pytest.fixture
+def clients(real_pipeline, tmp_path):
+    (tmp_path / "t.toml").write_text(TENANTS)
+    made = []
+
+    def make():
+        settings = Settings(config=tmp_path / "t.toml", index_dir=tmp_path / "store", poll_interval_s=0.1)
+        c = TestClient(create_app(settings, pipeline=real_pipeline), raise_server_exceptions=False)
+        c.__enter__()
+        made.append(c)
+        wait_ready(c, timeout=60)
+        return c
+
+    yield make
+    for c in made:
+        c.__exit__(None, None, None)
+
+
+def h(key):
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_search_over_the_real_pipeline(clients):
+    c = clients()
+    r = c.post("/v1/search", json={"request": "extract structured data from a web page with a prompt",
+                                   "explain": True}, headers=h("k-acme"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["decision"] in {"proceed", "search_again", "no_fit"}
+    assert body["tools"] and body["tools"][0]["server"] == "AgentQL"
+    assert all(t["server"] in ACME for t in body["tools"])
+    assert all(0.0 <= t["probability"] <= 1.0 for t in body["tools"])
+    assert body["tools"][0]["definition"]["name"] == "extract-web-data"
+    assert body["tokens"] is None or body["tokens"]["catalog"] >= body["tokens"]["selected"]
+
+    again = c.post("/v1/search", json={"request": "extract structured data from a web page", "need": "scrape a page",
+                                       "previous": {"attempt": body["attempt"], "decision": "search_again"}},
+                   headers=h("k-acme"))
+    assert again.status_code == 200 and again.json()["attempt"] == 2
+
+
+def test_real_pipeline_never_reveals_a_hidden_server(clients):
+    c = clients()
+    for name in (HIDDEN, "Nowhereify"):
+        for fmt in ("mcp", "openai", "anthropic"):
+            r = c.post("/v1/search", json={"request": f"use {name} to run an actor that crawls a website",
+                                           "explain": True, "format": fmt},
+                       headers=h("k-acme"))
+            assert r.status_code == 200, r.text
+            assert HIDDEN.lower() not in r.text.lower()
+            assert r.json()["restricted_to"] == []
+            assert all(t["server"] in ACME for t in r.json()["tools"])
+    assert HIDDEN not in c.get("/v1/servers", headers=h("k-acme")).text
+    assert c.get(f"/v1/servers/{HIDDEN}", headers=h("k-acme")).status_code == 404
+
+
+def test_catalog_update_with_the_real_index_reaches_a_second_app(clients):
+    first, second = clients(), clients()
+    tools = {"description": "Weather data", "tools": [
+        {"name": "forecast", "description": "Weather forecast for a city for the next days"},
+        {"name": "alerts", "description": "Severe weather alerts for a region"}]}
+    r = first.put("/v1/servers/Weather", json=tools, headers=h("k-ops"))
+    assert r.status_code == 201 and r.json()["re_embedded"] == 2
+    tools["tools"][1]["description"] = "Severe weather warnings for a region"
+    r = first.put("/v1/servers/Weather", json=tools, headers=h("k-ops"))
+    assert r.json()["re_embedded"] == 1
+    version = r.json()["index_version"]
+    deadline = time.monotonic() + 5
+    while second.get("/readyz").json()["index_version"] != version and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found = second.post("/v1/search", json={"request": "what is the weather forecast for Paris"},
+                        headers=h("k-ops")).json()
+    assert found["index_version"] == version
+    assert found["tools"][0]["server"] == "Weather"
+    # acme does not have the new server
+    acme = second.post("/v1/search", json={"request": "what is the weather forecast for Paris"},
+                       headers=h("k-acme")).json()
+    assert all(t["server"] in ACME for t in acme["tools"])
+
+
+@pytest.mark.slow
+def test_score_with_the_shipped_scorer(real_pipeline, tmp_path):
+    scorer_pkg = pytest.importorskip("scorer")
+    default = getattr(scorer_pkg, "default_model_path", None)
+    if default is None or not Path(default()).exists():
+        pytest.skip("no shipped scorer model")
+    from retrieval.pipeline import Pipeline
+
+    pipeline = Pipeline(real_pipeline.index, scorer_pkg.Scorer.load(default()))
+    (tmp_path / "t.toml").write_text(TENANTS)
+    with TestClient(create_app(Settings(config=tmp_path / "t.toml"), pipeline=pipeline)) as c:
+        wait_ready(c, timeout=60)
+        cands = [{"id": str(i), "server": t.server, "name": t.name, "description": t.description}
+                 for i, t in enumerate(real_pipeline.index.catalog.tools)]
+        r = c.post("/v1/score", json={"request": "extract structured data from a web page", "candidates": cands},
+                   headers=h("k-acme"))
+        assert r.status_code == 200
+        probs = [s["probability"] for s in r.json()["scores"]]
+        assert len(probs) == len(cands) and all(0 <= p <= 1 for p in probs)
+        best = max(range(len(probs)), key=probs.__getitem__)
+        assert cands[best]["name"] == "extract-web-data"

@@ -1,0 +1,124 @@
+"""Fit the confidence model (scorer logit + retrieval evidence -> probability) on dev.
+
+    python -m training.calibrate --model models/toolrank-ce-l3      # writes <model>/combiner.json
+    python -m training.calibrate --retrieval-only                   # writes retrieval/data/retrieval_confidence.json
+
+Dev questions are scored three ways, so the probability means the same thing in each
+situation it will meet: the request alone, the request with its need, and the request
+alone with the labelled server and every acceptable alternative's server made ineligible
+(nothing fits: every candidate is a negative). Labels: the labelled tool or an acceptable
+alternative is 1, everything else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.catalog import ToolId
+from retrieval.confidence import FEATURES, RETRIEVAL_FEATURES, ConfidenceModel, candidate_features, default_confidence_path
+from retrieval.eligibility import Eligibility
+from retrieval.evaluate import Query, load_queries
+from retrieval.index import ToolIndex
+
+log = logging.getLogger("toolrank.calibrate")
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass
+class Collected:
+    """Candidate lists with features, labels and which list (group) each row came from."""
+
+    feats: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    labels: list[np.ndarray] = field(default_factory=list)
+    groups: list[np.ndarray] = field(default_factory=list)
+    modes: list[str] = field(default_factory=list)
+
+    def add(self, f: dict[str, np.ndarray], y: np.ndarray, mode: str) -> None:
+        g = len(self.labels)
+        for k, v in f.items():
+            self.feats.setdefault(k, []).append(v)
+        self.labels.append(y)
+        self.groups.append(np.full(len(y), g))
+        self.modes.append(mode)
+
+    def arrays(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        return ({k: np.concatenate(v) for k, v in self.feats.items()}, np.concatenate(self.labels),
+                np.concatenate(self.groups))
+
+
+def abstain_eligibility(index: ToolIndex, q: Query) -> Eligibility:
+    """Every server but the labelled one and those of its acceptable alternatives."""
+    drop = {t.server for t in q.lenient_targets}
+    return Eligibility.of(servers=[s for s in index.catalog.servers if s not in drop])
+
+
+def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,
+            modes: tuple[str, ...] = ("request", "need", "abstain"), show_progress: bool = True) -> Collected:
+    out = Collected()
+    it = queries
+    if show_progress:
+        from tqdm import tqdm
+        it = tqdm(queries, desc="scoring dev", unit="q")
+    for q in it:
+        for mode in modes:
+            need = q.need if mode == "need" else None
+            eligible = abstain_eligibility(index, q) if mode == "abstain" else None
+            hits = index.retrieve(q.query, need, eligible, k=k)
+            if not hits:
+                continue
+            logits = None
+            if scorer is not None:
+                logits = scorer.logits(q.query, need, [index.catalog[h.tool_id] for h in hits])
+            y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
+            out.add(candidate_features(hits, logits), y, mode)
+    return out
+
+
+def fit_confidence(feats: dict[str, np.ndarray], y: np.ndarray, features: tuple[str, ...], *, c: float = 1.0,
+                   fitted_on: str = "") -> ConfidenceModel:
+    from sklearn.linear_model import LogisticRegression
+
+    x = np.stack([feats[f] for f in features], axis=1)
+    mean, scale = x.mean(0), x.std(0) + 1e-9
+    lr = LogisticRegression(C=c, max_iter=2000)
+    lr.fit((x - mean) / scale, y)
+    return ConfidenceModel(tuple(features), tuple(float(w) for w in lr.coef_[0]), float(lr.intercept_[0]),
+                           tuple(float(m) for m in mean), tuple(float(s) for s in scale), fitted_on)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--model", type=Path, help="scorer model folder (ONNX); writes combiner.json into it")
+    g.add_argument("--retrieval-only", action="store_true", help="fit the no-model confidence")
+    p.add_argument("--queries", type=Path, default=DATA / "questions.jsonl")
+    p.add_argument("--split", default="dev")
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    from retrieval.default_index import load_or_build_default
+
+    index = load_or_build_default()
+    queries = load_queries(a.queries, split=a.split)
+    scorer = None
+    if a.model:
+        from scorer import Scorer
+        scorer = Scorer.load(a.model, threads=a.threads)
+    col = collect(index, queries, scorer)
+    feats, y, _ = col.arrays()
+    features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
+    model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes {sorted(set(col.modes))}")
+    out = (a.model / "combiner.json") if a.model else default_confidence_path()
+    model.save(out)
+    log.info("wrote %s: %s", out, dict(zip(model.features, np.round(model.weights, 3))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
