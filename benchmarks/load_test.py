@@ -127,6 +127,8 @@ def start_server(args: argparse.Namespace, work: Path, store: Path, workers: int
         cmd += ["--catalog", str(args.catalog)]
     if args.model:
         cmd += ["--model", str(args.model)]
+    if args.no_suggestions:
+        cmd += ["--no-suggestions"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLRANK_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -352,6 +354,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--catalog", type=Path, help="catalog to build the index from (default: the shipped one)")
     p.add_argument("--index", type=Path, help="a saved index or index store to start from (copied, never changed)")
     p.add_argument("--model", type=Path, help="scorer model folder")
+    p.add_argument("--no-suggestions", action="store_true", help="serve without public no_fit suggestions")
     p.add_argument("--app", default="serve.app:create_app", help="app factory (MODULE:FACTORY)")
     p.add_argument("--max-seconds", type=float, default=600, help="hard cap on the whole run")
     p.add_argument("--startup-seconds", type=float, default=300, help="how long the server may take to get ready")

@@ -90,7 +90,10 @@ class ConfidenceModel:
     def probabilities(self, hits: Sequence[Hit], logits: np.ndarray | None = None) -> np.ndarray:
         if not len(hits):
             return np.zeros(0)
-        z = self.decision_values(candidate_features(hits, logits))
+        return self.probabilities_from_features(candidate_features(hits, logits))
+
+    def probabilities_from_features(self, feats: dict[str, np.ndarray]) -> np.ndarray:
+        z = self.decision_values(feats)
         return np.exp(-np.logaddexp(0.0, -z))  # stable sigmoid
 
     def to_dict(self) -> dict:

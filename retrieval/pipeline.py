@@ -80,6 +80,9 @@ class Pipeline:
         self.scorer = scorer
         self.policy = policy or Policy()
         self.always_available = always_available or AlwaysAvailable(())
+        unknown = self.always_available.unknown_tools(index.catalog)
+        if unknown:
+            log.warning("always-available tools not in the catalog are ignored: %s", unknown)
         self.public_index = public_index
         if confidence is None:
             confidence = self._default_confidence(scorer)

@@ -113,6 +113,12 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
 
     engine.on_swap = on_swap
     engine.start()
+    for tenant in state.tenants.all() if state.tenants is not None else ():
+        try:
+            _policy(engine.snapshot.pipeline, tenant)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"tenant {tenant.name!r}: policy overrides {tenant.policy} do not fit the "
+                             f"pipeline's policy: {exc}; fix the tenants file") from None
     state.scorer = scorer
     state.engine = engine
     state.status = "ready"
@@ -398,18 +404,31 @@ def _policy(pipeline: Any, tenant: Tenant) -> Any | None:
     return dataclasses.replace(base, **tenant.policy)
 
 
+_GENERIC_MESSAGES = {
+    "proceed": "Proceed with these tools.",
+    "search_again": "No tool clearly fits. Search again with a more specific need, passing this result as `previous`.",
+    "no_fit": "No connected tool fits this request.",
+}
+
+
 def _visible_result(result: SearchResult, tenant: Tenant, snap: Snapshot) -> SearchResult:
-    """Drop anything naming a server or tool the tenant may not see (defence in depth)."""
+    """Drop anything naming a server or tool the tenant may not see (defence in depth).
+
+    A correct pipeline never needs this; if it ever removes something, the message (which
+    might name what was removed) is replaced by a generic one.
+    """
     deployment = set(snap.catalog.servers)
+    public_index = getattr(snap.pipeline, "public_index", None)
+    public = set(public_index.catalog.servers) if public_index is not None else set()
     tools = [t for t in result.tools if tenant.eligibility.allows(t.tool_id)]
-    suggestions = [s for s in result.suggestions if s not in deployment or tenant.sees_server(s)]
+    suggestions = [s for s in result.suggestions if s not in deployment or s in public or tenant.sees_server(s)]
     restricted = [s for s in result.restricted_to if tenant.sees_server(s)]
     if len(tools) == len(result.tools) and suggestions == result.suggestions and restricted == result.restricted_to:
         return result
     log.warning("search result named servers or tools outside tenant %r's eligibility; removed them", tenant.name)
     best = result.best_probability if len(tools) == len(result.tools) else max((t.probability for t in tools), default=0.0)
     return dataclasses.replace(result, tools=tools, suggestions=suggestions, restricted_to=restricted,
-                               best_probability=best)
+                               best_probability=best, message=_GENERIC_MESSAGES.get(result.decision, ""))
 
 
 def _search_response(result: SearchResult, snap: Snapshot, explain: bool) -> SearchResponse:

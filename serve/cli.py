@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="index store folder shared by workers and replicas (seeded on first start)")
     p.add_argument("--catalog", type=Path, help="catalog file to build the first index from (empty store only)")
     p.add_argument("--model", type=Path, dest="model_dir", help="scorer model folder (default: the shipped one)")
+    p.add_argument("--no-suggestions", action="store_true",
+                   help="no public-server suggestions on no_fit (skips loading the shipped catalog's index)")
     p.add_argument("--poll-interval", type=float, default=None,
                    help="seconds between checks for a newer index version (default 2)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -51,6 +53,8 @@ def _env_for(args: argparse.Namespace) -> dict[str, str]:
     for name, value in (("INDEX_DIR", args.index_dir), ("CATALOG", args.catalog), ("MODEL_DIR", args.model_dir)):
         if value is not None:
             env[f"TOOLRANK_{name}"] = str(Path(value).resolve())
+    if args.no_suggestions:
+        env["TOOLRANK_PUBLIC_SUGGESTIONS"] = "0"
     if args.poll_interval is not None:
         env["TOOLRANK_POLL_INTERVAL_S"] = str(args.poll_interval)
     return env

@@ -26,12 +26,16 @@ def rebind(pipeline: Any, index: Any) -> Any:
     """A pipeline like ``pipeline`` (same scorer, policy, shortcuts) over ``index``.
 
     Uses ``pipeline.with_index(index)`` when the pipeline has it; otherwise a shallow copy
-    with its ``index`` attribute replaced.
+    with its ``index`` replaced and its dict/list/set attributes (caches) copied, so the two
+    never share per-catalog state.
     """
     with_index = getattr(pipeline, "with_index", None)
     if callable(with_index):
         return with_index(index)
     clone = copy.copy(pipeline)
+    for name, value in list(vars(clone).items()):
+        if isinstance(value, (dict, list, set)):
+            setattr(clone, name, copy.copy(value))
     clone.index = index
     return clone
 

@@ -106,9 +106,32 @@ def default_parts(settings: Settings) -> PipelineParts:
 
             log.info("building the default index from the shipped catalog (about a minute)")
             return ToolIndex.build(load_default_catalog(), encoder=encoder())
-        return keep_encoder(load_or_build_default())
+        index = keep_encoder(load_or_build_default())
+        if settings.public_suggestions:
+            shared.setdefault("public", index)  # safe to share: served indexes are never changed in place
+        return index
+
+    def public_index() -> Any | None:
+        """The shipped catalog's index, never updated: the only source of no_fit suggestions."""
+        if "public" not in shared:
+            shared["public"] = None
+            if settings.public_suggestions:
+                try:
+                    from retrieval.default_index import default_index_path, load_or_build_default
+                except ImportError:
+                    log.warning("no public catalog index: no_fit answers carry no suggestions")
+                else:
+                    path = default_index_path()
+                    shared["public"] = load(path) if (path / "manifest.json").exists() \
+                        else keep_encoder(load_or_build_default())
+        return shared["public"]
 
     def make_pipeline(index: Any) -> Any:
-        return Pipeline(index, scorer)
+        # Versions after the first share the first one's confidence model and token counter.
+        first = shared.get("pipeline")
+        extra = {} if first is None else {"confidence": first.confidence, "token_counter": first.tokens}
+        pipeline = Pipeline(index, scorer, public_index=public_index(), **extra)
+        shared.setdefault("pipeline", pipeline)
+        return pipeline
 
     return PipelineParts(load, seed, make_pipeline, scorer_status)

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
                           "(default: the shipped MCP-Zero catalog).")
     model_dir: Path | None = Field(
         None, description="Scorer model folder (default: the shipped model, when present).")
+    public_suggestions: bool = Field(
+        True, description="On no_fit, suggest servers of the shipped public catalog (never a deployment's own).")
     require_scorer: bool = Field(
         False, description="Fail to become ready when no scorer model can be loaded (default: run on "
                            "retrieval scores alone and say so in /readyz).")

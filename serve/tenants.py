@@ -79,7 +79,7 @@ class _PolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     proceed_threshold: float | None = Field(None, ge=0.0, le=1.0)
     floor: float | None = Field(None, ge=0.0, le=1.0)
-    min_results: int | None = Field(None, ge=0, le=50)
+    min_results: int | None = Field(None, ge=1, le=50)
     max_results: int | None = Field(None, ge=1, le=50)
     candidates: int | None = Field(None, ge=1, le=1000)
 
@@ -124,6 +124,10 @@ class Tenants:
 
     def __len__(self) -> int:
         return len(set(t.name for t in self._by_hash.values()))
+
+    def all(self) -> list[Tenant]:
+        """Every tenant once, in file order."""
+        return list({t.name: t for t in self._by_hash.values()}.values())
 
     def authenticate(self, key: str) -> Tenant | None:
         """The tenant whose key this is, or None for an unknown key."""
