@@ -216,26 +216,31 @@ def score_candidates(args: argparse.Namespace) -> list[dict[str, str]]:
     return [{"id": str(i), "server": s, "name": n, "description": d} for i, (s, n, d) in enumerate(tools)]
 
 
-async def throughput_phase(args: argparse.Namespace, server: Server, deadline: float) -> list[dict[str, Any]]:
+async def throughput_phase(args: argparse.Namespace, server: Server, deadline: float) -> tuple[list[dict[str, Any]], int]:
     candidates = score_candidates(args)
     bodies = {
         "/v1/search": lambda i: {"request": REQUESTS[i % len(REQUESTS)]},
         "/v1/score": lambda i: {"request": REQUESTS[i % len(REQUESTS)], "candidates": candidates},
     }
-    results = []
+    results, sent = [], 0
+    ready = httpx.get(server.base + "/readyz", timeout=10).json()
+    if not ready.get("scorer", {}).get("loaded"):
+        print("  /v1/score skipped: no scorer model loaded (pass --model DIR)", flush=True)
+        del bodies["/v1/score"]
     limits = httpx.Limits(max_connections=max(args.concurrency), max_keepalive_connections=max(args.concurrency))
     async with httpx.AsyncClient(base_url=server.base, timeout=120, limits=limits) as client:
         for endpoint, make_body in bodies.items():
-            await run_point(client, endpoint, make_body, 5, 1, deadline)  # warm-up, not counted
+            sent += (await run_point(client, endpoint, make_body, 5, 1, deadline)).requests  # warm-up, not reported
             for c in args.concurrency:
                 if time.monotonic() > deadline:
                     break
                 point = await run_point(client, endpoint, make_body, args.requests, c, deadline)
+                sent += point.requests
                 results.append(point.summary())
                 s = results[-1]
                 print(f"  {endpoint:11} c={c:<3} {s['requests']:>5} req  {s['throughput_rps']:>8} rps  "
                       f"p50 {s['p50_ms']:>8} ms  p99 {s['p99_ms']:>8} ms  errors {s['errors']}", flush=True)
-    return results
+    return results, sent
 
 
 async def update_phase(args: argparse.Namespace, server: Server, deadline: float) -> dict[str, Any]:
@@ -384,9 +389,9 @@ def main(argv: list[str] | None = None) -> int:
         report["startup_seconds"] = round(time.monotonic() - t0, 1)
         try:
             report["rss_before_mb"] = round(server.rss() / 2**20, 1)
-            report["points"] = asyncio.run(throughput_phase(args, server, deadline))
+            report["points"], sent = asyncio.run(throughput_phase(args, server, deadline))
             report["rss_after_mb"] = round(server.rss() / 2**20, 1)
-            report["requests_between_rss"] = sum(p["requests"] for p in report["points"]) + 10
+            report["requests_between_rss"] = sent
         finally:
             report["throughput_exit_code"] = server.stop()
         if not args.skip_updates and time.monotonic() < deadline:

@@ -41,11 +41,20 @@ def auroc(scores_pos: Iterable[float], scores_neg: Iterable[float]) -> float:
 
 
 def coverage_risk(best: np.ndarray, correct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Answering only above each threshold: share answered vs share of answers that are wrong."""
+    """Answering only above each threshold: share answered vs share of answers that are wrong.
+
+    One point per query, best first; tied scores are answered together (a threshold cannot
+    split them), so each point of a tie group reports the whole group and the curve does not
+    depend on the input order.
+    """
+    best = np.asarray(best, dtype=float)
     order = np.argsort(-best, kind="stable")
-    c = correct[order].astype(float)
+    c = np.asarray(correct)[order].astype(float)
     n = np.arange(1, len(c) + 1)
-    return n / len(c), 1.0 - np.cumsum(c) / n
+    cov, risk = n / max(len(c), 1), 1.0 - np.cumsum(c) / n
+    s = best[order]
+    last = np.searchsorted(-s, -s, side="right") - 1   # last index of each point's tie group
+    return cov[last], risk[last]
 
 
 def abstention_report(pipeline, queries: list[Query], *, show_progress: bool = False) -> dict:

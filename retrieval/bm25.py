@@ -63,6 +63,9 @@ class BM25Index:
         return _top_positive(scores, k)
 
     def save(self, directory: Path) -> None:
+        if self.n_docs == 0:  # bm25s cannot save an unindexed retriever; load() reads nothing then
+            Path(directory).mkdir(parents=True, exist_ok=True)
+            return
         self.retriever.save(str(directory), show_progress=False)
 
     @classmethod

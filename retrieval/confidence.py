@@ -81,7 +81,9 @@ class ConfidenceModel:
         missing = [name for name in self.features if name not in feats]
         if missing:
             raise ValueError(f"confidence model needs features {missing}; pass the scorer's logits")
-        x = np.stack([feats[name] for name in self.features], axis=1) if self.features else np.zeros((0, 0))
+        n = len(next(iter(feats.values()))) if feats else 0
+        # no features: a constant (bias-only) model, one row per candidate
+        x = np.stack([feats[name] for name in self.features], axis=1) if self.features else np.zeros((n, 0))
         return (x - np.asarray(self.mean)) / np.asarray(self.scale)
 
     def decision_values(self, feats: dict[str, np.ndarray]) -> np.ndarray:

@@ -60,6 +60,11 @@ class Policy:
     def __post_init__(self) -> None:
         if not 0.0 <= self.floor <= 1.0 or not 0.0 <= self.proceed_threshold <= 1.0:
             raise ValueError(f"thresholds must lie in [0, 1]: floor={self.floor}, proceed_threshold={self.proceed_threshold}")
+        for name in ("server_mention_confidence", "exact_name_confidence"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} is a probability and must lie in [0, 1], got {getattr(self, name)}")
+        if self.suggestions < 0:
+            raise ValueError(f"suggestions must be 0 or more (0 turns them off), got {self.suggestions}")
         if not 1 <= self.min_results <= self.max_results:
             raise ValueError(f"need 1 <= min_results <= max_results, got {self.min_results} and {self.max_results}")
         if not 1 <= self.candidates <= 1000:
@@ -200,8 +205,11 @@ class Pipeline:
             i = next(i for i, h in enumerate(hits) if h.tool_id == tid)
             probs[i] = max(probs[i], policy.exact_name_confidence)
             source[tid] = "exact_name"
-        if mentioned and len(hits):
-            top = int(np.argmax(probs))
+        # The floor goes to the named server's best tool, never to an exactly named tool
+        # of another server that joined the candidates above.
+        in_scope = [i for i, h in enumerate(hits) if h.tool_id.server in mentioned]
+        if in_scope:
+            top = max(in_scope, key=lambda i: probs[i])
             probs[top] = max(probs[top], policy.server_mention_confidence)
             source.setdefault(hits[top].tool_id, "server_mention")
 
@@ -294,11 +302,11 @@ class Pipeline:
             return []
         out: list[str] = []
         for h in self.public_index.retrieve(request, need, None, k=50):
+            if len(out) >= policy.suggestions:  # checked first: suggestions=0 means none
+                break
             s = h.tool_id.server
             if s not in out and not eligible.allows_server(s):
                 out.append(s)
-            if len(out) >= policy.suggestions:
-                break
         return out
 
     @staticmethod

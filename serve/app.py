@@ -49,6 +49,7 @@ _ERRORS = {status: {"model": ErrorResponse, "description": text} for status, tex
     422: "Invalid input: the message names the field and the fix.",
     503: "Not ready yet (index loading), or no scorer model loaded.",
 }.items()}
+_READ_ERRORS = {k: v for k, v in _ERRORS.items() if k in (401, 422, 503)}
 _ADMIN_ERRORS = {**_ERRORS, 403: {"model": ErrorResponse, "description": "The key is not an admin key."}}
 _NOT_FOUND = {404: {"model": ErrorResponse, "description": "No server of that name is available to the caller."}}
 
@@ -159,7 +160,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
 
         async def start() -> None:
             try:
-                await anyio.to_thread.run_sync(_start_engine, state, root, pipeline)
+                # abandon_on_cancel: a shutdown during a long first build does not wait for it
+                await anyio.to_thread.run_sync(_start_engine, state, root, pipeline, abandon_on_cancel=True)
                 log.info("ready: index version %d", state.engine.snapshot.version)
             except Exception:
                 log.exception("start-up failed: the service stays unready")
@@ -265,7 +267,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
 
     # -------------------------------------------------------------- catalog
 
-    @app.get("/v1/servers", response_model=ServerList, responses=_ERRORS, tags=["catalog"],
+    @app.get("/v1/servers", response_model=ServerList, responses={k: v for k, v in _ERRORS.items() if k in (401, 503)}, tags=["catalog"],
              summary="The caller's servers (every server for an admin)")
     async def list_servers(tenant: Tenant = Depends(tenant_of), snap: Snapshot = Depends(snapshot_of)) -> ServerList:
         catalog = snap.catalog
@@ -277,7 +279,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                    for s in catalog.servers if tenant.sees_server(s)]
         return ServerList(servers=servers, index_version=snap.version)
 
-    @app.get("/v1/servers/{name}", response_model=ServerDetail, responses={**_ERRORS, **_NOT_FOUND},
+    @app.get("/v1/servers/{name}", response_model=ServerDetail, responses={**_READ_ERRORS, **_NOT_FOUND},
              tags=["catalog"], summary="One of the caller's servers, with its tools")
     async def get_server(name: str = ServerName, tenant: Tenant = Depends(tenant_of),
                          snap: Snapshot = Depends(snapshot_of)) -> ServerDetail:
@@ -290,7 +292,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                                    for t in tools],
                             index_version=snap.version)
 
-    @app.put("/v1/servers/{name}", response_model=ServerChange, responses=_ADMIN_ERRORS, tags=["catalog"],
+    @app.put("/v1/servers/{name}", response_model=ServerChange, tags=["catalog"],
+             responses={**_ADMIN_ERRORS, 201: {"model": ServerChange, "description": "The server was new."}},
              summary="Add or replace a server from its MCP tools/list result (admin)",
              description="Only tools whose text changed are embedded again. The change is saved as a new "
                          "index version; every worker serves it within the pick-up bound.")
@@ -321,7 +324,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         return ServerChange(name=name, created=outcome.created, changed=outcome.changed, tools=outcome.tools,
                             re_embedded=outcome.re_embedded, index_version=outcome.version)
 
-    @app.delete("/v1/servers/{name}", response_model=ServerChange, responses={**_ADMIN_ERRORS, **_NOT_FOUND},
+    @app.delete("/v1/servers/{name}", response_model=ServerChange,
+                responses={**{k: v for k, v in _ADMIN_ERRORS.items() if k != 413}, **_NOT_FOUND},
                 tags=["catalog"], summary="Remove a server and its tools (admin)")
     async def delete_server(name: str = ServerName, tenant: Tenant = Depends(admin_of),
                             engine: Engine = Depends(engine_of)) -> ServerChange:

@@ -46,7 +46,7 @@ def load_scorer(settings: Settings) -> tuple[Any | None, dict[str, Any]]:
     if path is None:
         default = getattr(scorer_pkg, "default_model_path", None)
         path = Path(default()) if callable(default) else None
-        if path is None or not path.exists():
+        if path is None or not (path / "model.onnx").exists():
             where = f"no scorer model at {path}" if path is not None else "no scorer model configured"
             if settings.require_scorer:
                 raise RuntimeError(f"{where}; pass --model DIR")

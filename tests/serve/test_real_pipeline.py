@@ -34,6 +34,13 @@ servers = "*"
 name = "acme"
 key_sha256 = ["{hash_key('k-acme')}"]
 servers = {ACME!r}
+
+[[tenants]]
+name = "strict"
+key_sha256 = ["{hash_key('k-strict')}"]
+servers = "*"
+[tenants.policy]
+proceed_threshold = 1.0
 """.replace("'", '"')
 
 
@@ -128,11 +135,32 @@ def test_catalog_update_with_the_real_index_reaches_a_second_app(clients):
     assert all(t["server"] in ACME for t in acme["tools"])
 
 
+def test_tenant_policy_and_no_scorer_with_the_real_pipeline(clients):
+    c = clients()
+    body = {"request": "extract structured data from a web page with a prompt"}
+    assert c.post("/v1/search", json=body, headers=h("k-strict")).json()["decision"] == "search_again"
+    r = c.post("/v1/score", json={"request": "x", "candidates": [{"id": "1", "name": "a"}]}, headers=h("k-acme"))
+    assert r.status_code == 503 and r.json()["error"]["code"] == "no_scorer"
+
+
+def test_the_app_builds_the_real_pipeline_itself(tmp_path):
+    (tmp_path / "t.toml").write_text(TENANTS)
+    settings = Settings(config=tmp_path / "t.toml", index_dir=tmp_path / "store", catalog=CATALOG,
+                        public_suggestions=False, model_dir=None)
+    with TestClient(create_app(settings)) as c:
+        wait_ready(c, timeout=60)
+        ready = c.get("/readyz").json()
+        assert ready["index_version"] == 1
+        r = c.post("/v1/search", json={"request": "list the instances of my Aiven project"}, headers=h("k-acme"))
+        assert r.status_code == 200 and r.json()["tools"][0]["server"] == "Aiven"
+    assert (tmp_path / "store" / "CURRENT").read_text() == "v1\n"
+
+
 @pytest.mark.slow
 def test_score_with_the_shipped_scorer(real_pipeline, tmp_path):
     scorer_pkg = pytest.importorskip("scorer")
     default = getattr(scorer_pkg, "default_model_path", None)
-    if default is None or not Path(default()).exists():
+    if default is None or not (Path(default()) / "model.onnx").exists():
         pytest.skip("no shipped scorer model")
     from retrieval.pipeline import Pipeline
 

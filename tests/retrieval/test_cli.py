@@ -1,0 +1,125 @@
+"""`toolrank index` / `search` / `servers` through ``main(argv)``, with the real ONNX encoder
+on a tiny catalog (a couple of seconds)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrieval.cli import main
+from retrieval.encoder import default_encoder_path
+
+pytestmark = pytest.mark.skipif(not (default_encoder_path() / "model.onnx").exists(),
+                                reason="the ONNX encoder is not in models/")
+
+TOOLS = [
+    {"server": "Weather", "name": "get_forecast", "description": "Weather forecast for a city",
+     "server_description": "Weather data"},
+    {"server": "Weather", "name": "get_alerts", "description": "Severe weather alerts for a region"},
+    {"server": "Slack", "name": "post_message", "description": "Post a message to a channel",
+     "server_description": "Team chat"},
+    {"server": "Slack", "name": "list_channels", "description": "List the channels of a workspace"},
+    {"server": "Acme, Inc.", "name": "send_invoice", "description": "Send an invoice to a customer"},
+    {"server": "Acme, Inc.", "name": "list_invoices", "description": "List unpaid invoices"},
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    catalog = root / "tools.jsonl"
+    catalog.write_text("".join(json.dumps(t) + "\n" for t in TOOLS), encoding="utf-8")
+    out = root / "idx"
+    assert main(["index", "--catalog", str(catalog), "--out", str(out)]) == 0
+    return out
+
+
+def test_index_writes_a_loadable_folder(built):
+    manifest = json.loads((built / "manifest.json").read_text())
+    assert manifest["counts"]["tools"] == 6 and manifest["counts"]["servers"] == 3
+    assert manifest["embedding_model"] == "all-MiniLM-L6-v2"
+
+
+def test_index_prints_a_summary(tmp_path, capsys):
+    catalog = tmp_path / "t.jsonl"
+    catalog.write_text(json.dumps(TOOLS[0]) + "\n", encoding="utf-8")
+    assert main(["index", "--catalog", str(catalog), "--out", str(tmp_path / "i")]) == 0
+    assert "indexed 1 tools from 1 servers into" in capsys.readouterr().out
+
+
+def search_json(capsys, argv):
+    capsys.readouterr()
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_search_retrieval_only_json(built, capsys):
+    hits = search_json(capsys, ["search", "--index", str(built), "what's the weather forecast for Lisbon",
+                                "--retrieval-only", "--json"])
+    assert (hits[0]["server"], hits[0]["tool"]) == ("Weather", "get_forecast")
+    assert [h["rank"] for h in hits] == list(range(1, 7))       # k defaults to 100, clamped to 6
+    assert set(hits[0]) == {"server", "tool", "rank", "score", "bm25_rank", "dense_rank"}
+
+
+def test_search_k(built, capsys):
+    hits = search_json(capsys, ["search", "--index", str(built), "post a message in slack", "--retrieval-only",
+                                "--json", "-k", "2"])
+    assert len(hits) == 2 and hits[0]["tool"] == "post_message"
+
+
+def test_search_server_restriction_with_a_comma(built, capsys):
+    hits = search_json(capsys, ["search", "--index", str(built), "post a message to a channel", "--retrieval-only",
+                                "--json", "--server", "Acme, Inc."])
+    assert {h["server"] for h in hits} == {"Acme, Inc."} and len(hits) == 2
+    hits = search_json(capsys, ["search", "--index", str(built), "post a message to a channel", "--retrieval-only",
+                                "--json", "--server", "Acme, Inc.", "--server", "Weather"])
+    assert {h["server"] for h in hits} == {"Acme, Inc.", "Weather"} and len(hits) == 4
+
+
+def test_search_plain_output(built, capsys):
+    capsys.readouterr()
+    assert main(["search", "--index", str(built), "list invoices", "--retrieval-only", "-k", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Acme, Inc. / list_invoices" in out and out.count("\n") == 1
+
+
+def test_search_unknown_server(built, capsys):
+    capsys.readouterr()
+    assert main(["search", "--index", str(built), "hi", "--retrieval-only", "--server", "Nope"]) == 2
+    captured = capsys.readouterr()
+    assert "unknown server(s) ['Nope']" in captured.err and "toolrank servers" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_servers(built, capsys):
+    capsys.readouterr()
+    assert main(["servers", "--index", str(built)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["Weather\t2 tools", "Slack\t2 tools", "Acme, Inc.\t2 tools"]
+
+
+def test_bad_catalog_exits_2_without_a_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"server": "A", "name": "t"}\n{"server": "A"}\n', encoding="utf-8")
+    assert main(["index", "--catalog", str(bad), "--out", str(tmp_path / "i")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("toolrank index: ")
+    assert "bad.jsonl, line 2, server 'A': missing required field 'name'" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "i").exists()
+
+
+def test_missing_catalog_exits_2(tmp_path, capsys):
+    assert main(["index", "--catalog", str(tmp_path / "none.json"), "--out", str(tmp_path / "i")]) == 2
+    assert "none.json: file not found" in capsys.readouterr().err
+
+
+def test_missing_index_exits_2(tmp_path, capsys):
+    assert main(["search", "--index", str(tmp_path / "nope"), "hi", "--retrieval-only"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a toolrank index" in err and "Traceback" not in err
+
+
+def test_index_and_catalog_are_exclusive(built, tmp_path, capsys):
+    assert main(["search", "--index", str(built), "--catalog", str(tmp_path / "x.json"), "hi", "--retrieval-only"]) == 2
+    assert "give --index or --catalog, not both" in capsys.readouterr().err

@@ -1,0 +1,187 @@
+"""ConfidenceModel and candidate_features: hand-set weights, hand-made hit lists."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from retrieval.catalog import ToolId
+from retrieval.confidence import (
+    FEATURES,
+    MISSING_RANK,
+    RETRIEVAL_FEATURES,
+    ConfidenceModel,
+    candidate_features,
+    default_confidence_path,
+)
+from retrieval.hits import Hit
+
+# p = sigmoid(logit): the identity calibration
+LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))
+
+
+def sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def hits(n: int) -> list[Hit]:
+    """n hits with both retrieval lists present and decreasing scores."""
+    return [Hit(ToolId("S", f"t{i}"), i + 1, 1.0 / (i + 1), i + 1, 10.0 - i, i + 1, 0.9 - 0.1 * i)
+            for i in range(n)]
+
+
+# ------------------------------------------------------------------ construction
+
+
+def test_dict_round_trip():
+    m = ConfidenceModel(("logit", "fused_rel"), (1.5, -0.25), -0.7, (0.1, 0.5), (2.0, 0.3), "dev v1")
+    d = m.to_dict()
+    assert json.loads(json.dumps(d)) == d          # plain JSON
+    assert ConfidenceModel.from_dict(d) == m
+    assert d["features"] == ["logit", "fused_rel"]
+
+
+def test_save_load_round_trip(tmp_path):
+    m = ConfidenceModel(("fused_rel", "log_bm25_rank"), (3.0, -1.0), 0.5, (0.0, 1.0), (1.0, 2.0))
+    m.save(tmp_path / "combiner.json")
+    assert ConfidenceModel.load(tmp_path / "combiner.json") == m
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(ValueError, match="confidence model not found"):
+        ConfidenceModel.load(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="invalid JSON"):
+        ConfidenceModel.load(bad)
+    with pytest.raises(ValueError, match="malformed confidence model"):
+        ConfidenceModel.from_dict({"features": ["logit"], "weights": [1.0]})
+
+
+@pytest.mark.parametrize(("weights", "mean", "scale", "message"), [
+    ((1.0,), (0.0, 0.0), (1.0, 1.0), "2 features but 1 weights"),
+    ((1.0, 2.0), (0.0,), (1.0, 1.0), "1 means"),
+    ((1.0, 2.0), (0.0, 0.0), (1.0, 1.0, 1.0), "3 scales"),
+])
+def test_mismatched_lengths(weights, mean, scale, message):
+    with pytest.raises(ValueError, match=message):
+        ConfidenceModel(("logit", "fused_rel"), weights, 0.0, mean, scale)
+
+
+def test_unknown_feature():
+    with pytest.raises(ValueError, match=r"unknown features \['popularity'\]"):
+        ConfidenceModel(("fused_rel", "popularity"), (1.0, 1.0), 0.0, (0.0, 0.0), (1.0, 1.0))
+    with pytest.raises(ValueError, match="unknown features"):
+        ConfidenceModel.from_dict({"features": ["bogus"], "weights": [1], "bias": 0, "mean": [0], "scale": [1]})
+
+
+def test_uses_logit():
+    assert LOGIT.uses_logit
+    assert ConfidenceModel(("logit_gap",), (1.0,), 0.0, (0.0,), (1.0,)).uses_logit
+    assert not ConfidenceModel(("fused_rel",), (1.0,), 0.0, (0.0,), (1.0,)).uses_logit
+
+
+def test_shipped_retrieval_model_needs_no_logit():
+    m = ConfidenceModel.load(default_confidence_path())
+    assert not m.uses_logit
+    assert set(m.features) <= set(RETRIEVAL_FEATURES)
+    p = m.probabilities(hits(5))
+    assert p.shape == (5,) and np.all((p >= 0) & (p <= 1))
+
+
+# ------------------------------------------------------------------ probabilities
+
+
+def test_identity_calibration_is_sigmoid_of_logit():
+    z = np.array([-2.0, 0.0, 3.0])
+    np.testing.assert_allclose(LOGIT.probabilities(hits(3), z), [sigmoid(v) for v in z], rtol=1e-12)
+
+
+def test_probabilities_in_unit_interval_without_overflow():
+    z = np.array([-1e4, -50.0, 0.0, 50.0, 1e4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # no overflow RuntimeWarning
+        p = ConfidenceModel(("logit", "logit_gap"), (3.0, 1.0), 2.0, (0.0, 0.0), (1.0, 1.0)).probabilities(hits(5), z)
+    assert np.all(np.isfinite(p)) and np.all((p >= 0) & (p <= 1))
+    assert p[0] == pytest.approx(0.0, abs=1e-12) and p[-1] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("model", [
+    LOGIT,
+    ConfidenceModel(("logit", "logit_gap", "fused_rel"), (0.8, 0.4, 2.0), -1.0, (0.5, -1.0, 0.3), (2.0, 1.5, 0.4)),
+])
+def test_monotone_in_logit(model):
+    """Within one list (same retrieval evidence), a larger logit never gets a smaller probability."""
+    h = [Hit(ToolId("S", f"t{i}"), 1, 0.5, 1, 1.0, 1, 0.5) for i in range(7)]   # identical evidence
+    z = np.array([-6.0, -2.0, -0.5, 0.0, 0.1, 2.0, 9.0])
+    p = model.probabilities(h, z)
+    assert np.all(np.diff(p) > 0)
+    # and across calls: raising one candidate's logit raises its probability
+    z2 = z.copy()
+    z2[2] += 1.0
+    assert model.probabilities(h, z2)[2] > p[2]
+
+
+def test_hand_set_retrieval_weights_give_known_top_probability():
+    """fused_rel is 1 for the top hit, so p_top = sigmoid(w + b)."""
+    m = ConfidenceModel(("fused_rel",), (10.0,), -8.0, (0.0,), (1.0,))
+    p = m.probabilities(hits(4))
+    assert p[0] == pytest.approx(sigmoid(2.0))
+    assert np.all(np.diff(p) < 0)                  # fused score falls with rank
+
+
+def test_standardisation_is_applied():
+    # (logit - mean) / scale with mean 2, scale 4: logit 6 -> z = 1
+    m = ConfidenceModel(("logit",), (1.0,), 0.0, (2.0,), (4.0,))
+    assert m.probabilities(hits(1), np.array([6.0]))[0] == pytest.approx(sigmoid(1.0))
+
+
+def test_logit_model_without_logits_raises():
+    with pytest.raises(ValueError, match="pass the scorer's logits"):
+        LOGIT.probabilities(hits(2))
+
+
+def test_empty_list():
+    assert LOGIT.probabilities([], np.zeros(0)).shape == (0,)
+    assert ConfidenceModel(("fused_rel",), (1.0,), 0.0, (0.0,), (1.0,)).probabilities([]).shape == (0,)
+
+
+def test_bias_only_model_gives_one_probability_per_hit():
+    m = ConfidenceModel((), (), 0.0, (), ())
+    np.testing.assert_allclose(m.probabilities(hits(3)), [0.5, 0.5, 0.5])
+
+
+# ------------------------------------------------------------------ features
+
+
+def test_candidate_features_by_hand():
+    h = [
+        Hit(ToolId("A", "a"), 1, 0.5, 1, 8.0, 2, 0.8),
+        Hit(ToolId("A", "b"), 2, 0.25, None, None, 1, 0.9),   # only in the dense list
+        Hit(ToolId("B", "c"), 3, 0.1, 2, 2.0, None, None),    # only in the BM25 list
+    ]
+    f = candidate_features(h, np.array([1.0, 3.0, -1.0]))
+    assert set(f) == set(FEATURES)
+    np.testing.assert_allclose(f["log_fused_rank"], np.log([1, 2, 3]))
+    np.testing.assert_allclose(f["log_bm25_rank"], np.log([1, MISSING_RANK, 2]))
+    np.testing.assert_allclose(f["log_dense_rank"], np.log([2, 1, MISSING_RANK]))
+    np.testing.assert_allclose(f["fused_rel"], [1.0, 0.5, 0.2])
+    np.testing.assert_allclose(f["bm25_rel"], [1.0, 0.0, 0.25])
+    np.testing.assert_allclose(f["dense_score"], [0.8, 0.9, 0.8])   # missing -> the list's lowest
+    np.testing.assert_allclose(f["dense_gap"], [-0.1, 0.0, -0.1])
+    np.testing.assert_allclose(f["logit_gap"], [-2.0, 0.0, -4.0])
+    assert "logit" not in candidate_features(h)
+
+
+def test_candidate_features_all_zero_scores():
+    """An exactly named tool joins with score 0; a list of only such hits must not divide by zero."""
+    h = [Hit(ToolId("A", "a"), 1, 0.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = candidate_features(h)
+    assert f["fused_rel"].tolist() == [0.0] and f["bm25_rel"].tolist() == [0.0]
+    assert f["dense_score"].tolist() == [0.0]
