@@ -99,6 +99,11 @@ class Pipeline:
         self._catalog_tokens: dict[tuple, int] = {}
         self._refresh_matchers()
 
+    def with_index(self, index: ToolIndex) -> "Pipeline":
+        """The same scorer, policy, shortcuts and public index over another index version."""
+        return Pipeline(index, self.scorer, policy=self.policy, always_available=self.always_available,
+                        public_index=self.public_index, confidence=self.confidence, token_counter=self.tokens)
+
     @staticmethod
     def _default_confidence(scorer: "Scorer | None") -> ConfidenceModel:
         path = getattr(scorer, "path", None)

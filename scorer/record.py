@@ -123,7 +123,8 @@ def format_record(
     server = _clean(getattr(tool, "server", ""))
     name = _clean(getattr(tool, "name", ""))
     description = truncate_at_word(getattr(tool, "description", "") or "", max_description_chars)
-    tool_text = f"Candidate tool: {server} / {name}"
+    # /v1/score candidates may come without a server: then the record names the tool alone.
+    tool_text = f"Candidate tool: {server} / {name}" if server else f"Candidate tool: {name}"
     if description:
         tool_text += f": {description}"
     if examples:
