@@ -9,11 +9,12 @@ from .fusion import FusionConfig
 from .hits import Hit
 from .index import IndexLoadError, ToolIndex
 from .results import ScoredTool, SearchResult, TokenReport
+from .smithery import load_smithery
 
 __all__ = [
     "Catalog", "CatalogError", "Tool", "ToolId", "load_catalog", "load_default_catalog", "load_examples",
     "Eligibility", "FusionConfig", "Hit", "IndexLoadError", "ToolIndex",
-    "ScoredTool", "SearchResult", "TokenReport",
+    "ScoredTool", "SearchResult", "TokenReport", "load_smithery",
     "Pipeline", "Policy", "load_pipeline", "load_or_build_default",
 ]
 

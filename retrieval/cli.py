@@ -117,6 +117,9 @@ def cmd_eval(a: argparse.Namespace) -> int:
 
     index = _index_from(a)
     queries = load_queries(a.queries, split=a.split)
+    if a.sample and a.sample < len(queries):
+        import random
+        queries = random.Random(a.seed).sample(queries, a.sample)
     if a.limit:
         queries = queries[: a.limit]
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
@@ -217,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", type=Path, help="with --abstain: write the coverage-risk curve PNG here")
     s.add_argument("--tokens", action="store_true", help="also report the mean token reduction")
     s.add_argument("--limit", type=int, help="only the first N queries")
+    s.add_argument("--sample", type=int, help="a seeded random sample of N queries (e.g. 500 train questions)")
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_eval)

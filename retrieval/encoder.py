@@ -56,10 +56,13 @@ class OnnxEncoder:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # The CPU arena keeps the peak of a long-text batch for the life of the process
+        # (measured: +630 MiB after embedding Smithery tools); without it RSS settles.
+        opts.enable_cpu_mem_arena = False
         self.session = ort.InferenceSession(str(path / "model.onnx"), opts, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self.session.get_inputs()}
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, batch_size: int = 16, show_progress: bool = False) -> np.ndarray:
         if not len(texts):
             return np.zeros((0, self.dim), dtype=np.float32)
         encodings = self.tokenizer.encode_batch(list(texts))

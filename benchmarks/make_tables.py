@@ -1,0 +1,66 @@
+"""Print the README's quality tables (markdown) from the JSON files benchmarks/ablation.sh writes.
+
+    python benchmarks/make_tables.py benchmarks/results
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+RUNS = [  # (file stem, label)
+    ("test_ex", "test, request alone, examples indexed"),
+    ("test_ex_need", "test, request + need, examples indexed"),
+    ("test_noex", "test, request alone, no examples (day one)"),
+    ("test_noex_need", "test, request + need, no examples"),
+    ("test_org30", "test, 30-server organisations, request alone"),
+    ("dev_ex", "dev (selection/calibration set), request alone"),
+    ("train_sample", "500 train questions (seen in training), request alone"),
+]
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    d = Path(argv[0] if argv else "benchmarks/results")
+    reports = {stem: json.loads((d / f"{stem}.json").read_text()) for stem, _ in RUNS if (d / f"{stem}.json").exists()}
+    print("| run | n | stage | top 1 | top 5 | top 20 | recall@100 | top 1 (lenient) | top 5 (lenient) |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    for stem, label in RUNS:
+        r = reports.get(stem)
+        if not r:
+            continue
+        for stage, m in r["stages"].items():
+            print(f"| {label} | {r['n']} | {stage} | {pct(m['top1'])} | {pct(m['top5'])} | {pct(m['top20'])} | "
+                  f"{pct(m['recall100'])} | {pct(m['top1_lenient'])} | {pct(m['top5_lenient'])} |")
+    for stem in ("test_ex", "test_noex", "test_ex_need"):
+        r = reports.get(stem)
+        if not r:
+            continue
+        styles = sorted(next(iter(r["stages"].values()))["by_style"])
+        print(f"\nBy style, {dict(RUNS)[stem]} (top 1 / top 5):\n")
+        print("| stage | " + " | ".join(f"{s} (n={r['stages']['hybrid']['by_style'][s]['n']})" for s in styles) + " |")
+        print("|---|" + "---:|" * len(styles))
+        for stage, m in r["stages"].items():
+            print(f"| {stage} | " + " | ".join(f"{pct(m['by_style'][s]['top1'])} / {pct(m['by_style'][s]['top5'])}" for s in styles) + " |")
+    ab = reports.get("test_abstain") or (json.loads((d / "test_abstain.json").read_text()) if (d / "test_abstain.json").exists() else None)
+    if ab and "abstention" in ab:
+        a = ab["abstention"]
+        print("\nAbstention (test questions; each run with its fitting tools eligible, and with their servers removed):\n")
+        print("| measure | value |\n|---|---:|")
+        print(f"| AUROC of the best probability, request alone | {a['auroc_request']:.3f} |")
+        print(f"| AUROC after the second attempt (with the need) | {a['auroc_final']:.3f} |")
+        print(f"| proceed on the first try, a tool fits / none fits | {pct(a['proceed_first_when_fit'])} / {pct(a['proceed_first_when_none'])} |")
+        print(f"| final no_fit, a tool fits / none fits | {pct(a['no_fit_share_when_fit'])} / {pct(a['no_fit_share_when_none'])} |")
+        print(f"| top 5 holds a fitting tool (final, when one fits) | {pct(a['top5_when_fit'])} |")
+        if "token_reduction_mean" in ab:
+            print(f"| mean token reduction of the returned definitions | {pct(ab['token_reduction_mean'])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
