@@ -43,9 +43,9 @@ def _index_from(a: argparse.Namespace):
     return load_or_build_default(show_progress=True)
 
 
-def _pipeline(index, model: Path | None, no_model: bool, threads: int):
+def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top: int | None = None):
     from .default_index import load_or_build_default
-    from .pipeline import Pipeline
+    from .pipeline import Pipeline, Policy
 
     scorer = None
     if not no_model:
@@ -55,7 +55,7 @@ def _pipeline(index, model: Path | None, no_model: bool, threads: int):
             scorer = Scorer.load(path, threads=threads)
         else:
             logging.getLogger("toolrank").warning("no model at %s: retrieval-only confidence", path)
-    return Pipeline(index, scorer, public_index=load_or_build_default())
+    return Pipeline(index, scorer, public_index=load_or_build_default(), policy=Policy(score_top=score_top))
 
 
 def cmd_index(a: argparse.Namespace) -> int:
@@ -90,7 +90,7 @@ def cmd_search(a: argparse.Namespace) -> int:
             for h in hits:
                 print(f"{h.rank:>3}  {h.score:.4f}  {h.tool_id.server} / {h.tool_id.tool}  (bm25 #{h.bm25_rank}, dense #{h.dense_rank})")
         return 0
-    pipe = _pipeline(index, a.model, a.no_model, a.threads)
+    pipe = _pipeline(index, a.model, a.no_model, a.threads, a.score_top)
     res = pipe.search(a.request, a.need, eligible=eligible, k=a.k, explain=a.explain, fmt=a.format)
     if a.json:
         from .serialize import result_to_dict
@@ -125,11 +125,11 @@ def cmd_eval(a: argparse.Namespace) -> int:
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
     pipe = None
     if "scorer" in stages or a.abstain or a.tokens:
-        pipe = _pipeline(index, a.model, a.no_model, a.threads)
+        pipe = _pipeline(index, a.model, a.no_model, a.threads, a.score_top)
     reranker = None
     if "scorer" in stages:
         def reranker(request, need, hits, eligible):
-            return [tid for tid, _ in pipe.rank(request, need, hits)]
+            return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top)]
     report = evaluate(index, queries, stages=stages, use_need=a.use_need, org_size=a.org_size, seed=a.seed,
                       reranker=reranker, show_progress=not a.json)
     if a.abstain:
@@ -202,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--retrieval-only", action="store_true", help="print the fused top-k without scoring")
     s.add_argument("--explain", action="store_true")
     s.add_argument("--format", choices=["mcp", "openai", "anthropic"], default="mcp")
+    s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates")
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
@@ -222,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, help="only the first N queries")
     s.add_argument("--sample", type=int, help="a seeded random sample of N queries (e.g. 500 train questions)")
     s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates (fast variant)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_eval)
 

@@ -52,7 +52,11 @@ class Policy:
     floor: float = 0.05                 # tools below this join only to reach min_results
     min_results: int = 5
     max_results: int = 10
-    candidates: int = 100               # retrieved and scored per request
+    candidates: int = 100               # retrieved per request
+    # Cross-encoder scores only the first N fused candidates (None: all). The rest take the
+    # lowest scored logit, so they rank below every scored one with the same retrieval
+    # evidence: the fast operating point (README, "Speed").
+    score_top: int | None = None
     server_mention_confidence: float = 0.95
     exact_name_confidence: float = 0.9
     suggestions: int = 3                # public servers named on no_fit
@@ -69,6 +73,8 @@ class Policy:
             raise ValueError(f"need 1 <= min_results <= max_results, got {self.min_results} and {self.max_results}")
         if not 1 <= self.candidates <= 1000:
             raise ValueError(f"candidates must be 1..1000, got {self.candidates}")
+        if self.score_top is not None and self.score_top < 1:
+            raise ValueError(f"score_top must be None (score all) or at least 1, got {self.score_top}")
 
     def with_overrides(self, **overrides: Any) -> "Policy":
         """A copy with the given fields changed (unknown names raise TypeError)."""
@@ -125,19 +131,24 @@ class Pipeline:
 
     # ------------------------------------------------------------------ scoring
 
-    def probabilities(self, request: str, need: str | None, hits: Sequence[Hit]) -> np.ndarray:
+    def probabilities(self, request: str, need: str | None, hits: Sequence[Hit],
+                      score_top: int | None = None) -> np.ndarray:
         """Calibrated P(the tool itself does what was asked) for each hit of one ranked list."""
         if not hits:
             return np.zeros(0)
         logits = None
         if self.confidence.uses_logit:
-            tools = [self.index.catalog[h.tool_id] for h in hits]
-            logits = self.scorer.logits(request, need, tools)
+            n = len(hits) if score_top is None else min(score_top, len(hits))
+            tools = [self.index.catalog[h.tool_id] for h in hits[:n]]
+            scored = np.asarray(self.scorer.logits(request, need, tools), dtype=np.float64)
+            logits = np.full(len(hits), scored.min() if len(scored) else 0.0)
+            logits[:n] = scored
         return self.confidence.probabilities(hits, logits)
 
-    def rank(self, request: str, need: str | None, hits: Sequence[Hit]) -> list[tuple[ToolId, float]]:
+    def rank(self, request: str, need: str | None, hits: Sequence[Hit],
+             score_top: int | None = None) -> list[tuple[ToolId, float]]:
         """Hits re-ordered by probability, best first (ties keep retrieval order)."""
-        p = self.probabilities(request, need, hits)
+        p = self.probabilities(request, need, hits, score_top)
         order = np.argsort(-p, kind="stable")
         return [(hits[i].tool_id, float(p[i])) for i in order]
 
@@ -203,7 +214,7 @@ class Pipeline:
         for tid in exact:  # a tool named exactly is always scored, even if retrieval missed it
             if tid not in retrieved:
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
-        probs = self.probabilities(request, need, hits)
+        probs = self.probabilities(request, need, hits, policy.score_top)
 
         source: dict[ToolId, str] = {}
         for tid in exact:
