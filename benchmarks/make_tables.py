@@ -1,4 +1,4 @@
-"""Print the README's quality tables (markdown) from the JSON files benchmarks/ablation.sh writes.
+"""Print the README's quality tables (markdown) from the JSON files benchmarks/ablation.py writes.
 
     python benchmarks/make_tables.py benchmarks/results
 """

@@ -7,13 +7,13 @@ from .catalog import Catalog, CatalogError, Tool, ToolId, load_catalog, load_def
 from .eligibility import Eligibility
 from .fusion import FusionConfig
 from .hits import Hit
-from .index import IndexLoadError, ToolIndex
+from .index import IndexLoadError, IndexSaveError, ToolIndex
 from .results import ScoredTool, SearchResult, TokenReport
 from .smithery import load_smithery
 
 __all__ = [
     "Catalog", "CatalogError", "Tool", "ToolId", "load_catalog", "load_default_catalog", "load_examples",
-    "Eligibility", "FusionConfig", "Hit", "IndexLoadError", "ToolIndex",
+    "Eligibility", "FusionConfig", "Hit", "IndexLoadError", "IndexSaveError", "ToolIndex",
     "ScoredTool", "SearchResult", "TokenReport", "load_smithery",
     "Pipeline", "Policy", "load_pipeline", "load_or_build_default",
 ]

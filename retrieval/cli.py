@@ -238,11 +238,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in FORWARDED:
+    head = 1 if argv[:1] in (["-v"], ["--verbose"]) else 0   # `toolrank -v serve ...`
+    if len(argv) > head and argv[head] in FORWARDED:
+        if head:
+            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         try:
-            return _forward(FORWARDED[argv[0]][0], argv[1:])
+            return _forward(FORWARDED[argv[head]][0], argv[head + 1:])
         except ModuleNotFoundError as exc:
-            print(f"toolrank {argv[0]}: missing dependency {exc.name!r}; install with: pip install -e '.[train]'",
+            print(f"toolrank {argv[head]}: missing dependency {exc.name!r}; install with: pip install -e '.[train]'",
                   file=sys.stderr)
             return 2
     parser = build_parser()
@@ -250,8 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if getattr(a, "k", None) is None and a.cmd == "search":
         a.k = 100 if a.retrieval_only else None
-    if a.cmd == "eval" and a.abstain and "scorer" not in a.stages and a.no_model is False:
-        pass
     try:
         return a.func(a)
     except (ValueError, OSError) as exc:  # domain errors: one line, no traceback

@@ -69,6 +69,9 @@ class ConfidenceModel:
         if not (len(self.weights) == len(self.mean) == len(self.scale) == k):
             raise ValueError(f"confidence model: {k} features but {len(self.weights)} weights, "
                              f"{len(self.mean)} means, {len(self.scale)} scales")
+        if not all(np.isfinite(s) and s > 0 for s in self.scale):
+            raise ValueError(f"confidence model: every scale must be a positive number, got {list(self.scale)}; "
+                             "refit it with training/calibrate.py")
         unknown = set(self.features) - set(FEATURES)
         if unknown:
             raise ValueError(f"confidence model: unknown features {sorted(unknown)}; known: {FEATURES}")

@@ -23,6 +23,13 @@ class Eligibility:
 
     @classmethod
     def of(cls, servers: Iterable[str] | None = None, tools: Iterable[tuple[str, str]] | None = None) -> "Eligibility":
+        """Build from any iterables of server names and ``(server, tool)`` pairs.
+
+        Raises:
+            ValueError: ``servers`` is a single string (wrap it in a list).
+        """
+        if isinstance(servers, str):
+            raise ValueError(f"servers must be a list of names, got the string {servers!r}: wrap it as [{servers!r}]")
         return cls(
             frozenset(servers) if servers is not None else None,
             frozenset(ToolId(*t) for t in tools) if tools is not None else None,

@@ -58,7 +58,13 @@ def load_queries(path: str | Path, split: str | None = None) -> list[Query]:
             raise CatalogError(f"{path}, line {lineno}: missing or non-string field(s) {', '.join(missing)}")
         if split is not None and row.get("split") != split:
             continue
-        acc = tuple(ToolId(a["server"], a["tool"]) for a in row.get("acceptable") or [])
+        acceptable = row.get("acceptable") or []
+        if not isinstance(acceptable, list) or not all(
+                isinstance(a, dict) and isinstance(a.get("server"), str) and isinstance(a.get("tool"), str)
+                for a in acceptable):
+            raise CatalogError(f"{path}, line {lineno}: 'acceptable' must be a list of "
+                               '{"server": ..., "tool": ...} objects')
+        acc = tuple(ToolId(a["server"], a["tool"]) for a in acceptable)
         out.append(Query(str(row.get("id", lineno)), row["query"], ToolId(row["server"], row["tool"]),
                          row.get("need"), row.get("style"), row.get("split"), acc))
     if split is not None and not out:
@@ -104,9 +110,12 @@ def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str
     """Rank every query through each stage and report the labelled tool's position.
 
     Raises:
-        ValueError: an unknown stage, or the ``scorer`` stage without a reranker.
+        ValueError: an unknown stage, the ``scorer`` stage without a reranker, or an
+            ``org_size`` below 1.
     """
     queries = list(queries)
+    if org_size is not None and org_size < 1:
+        raise ValueError(f"org_size must be at least 1 server (or None for all servers), got {org_size}")
     bad = [s for s in stages if s not in STAGES]
     if bad:
         raise ValueError(f"unknown stage(s) {bad}; choose from {', '.join(STAGES)}")

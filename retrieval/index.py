@@ -28,7 +28,7 @@ from .fusion import FusionConfig, reciprocal_rank_fusion
 from .hits import Hit
 from .text import tool_document, tool_passages
 
-__all__ = ["ToolIndex", "IndexLoadError", "FORMAT_VERSION", "Stage"]
+__all__ = ["ToolIndex", "IndexLoadError", "IndexSaveError", "FORMAT_VERSION", "Stage"]
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -37,6 +37,10 @@ Stage = Literal["bm25", "dense", "hybrid"]
 
 class IndexLoadError(ValueError):
     """An index folder that is missing, incomplete, or from an incompatible version."""
+
+
+class IndexSaveError(ValueError):
+    """A save target that must not be replaced (an existing file or a folder that is not an index)."""
 
 
 def _package_version() -> str:
@@ -232,8 +236,19 @@ class ToolIndex:
         }
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index to ``directory`` atomically (temporary folder, then rename)."""
+        """Write the index to ``directory`` atomically (temporary folder, then rename).
+
+        An existing index (or empty folder) at ``directory`` is replaced.
+
+        Raises:
+            IndexSaveError: ``directory`` is a file, or a non-empty folder that is not an
+                index (replacing it would delete its contents).
+        """
         directory = Path(directory)
+        if directory.is_file() or (directory.is_dir() and not (directory / "manifest.json").exists()
+                                   and any(directory.iterdir())):
+            raise IndexSaveError(f"{directory} exists and is not a toolrank index; saving would replace it: "
+                                 "choose a new or empty folder")
         directory.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
@@ -280,8 +295,12 @@ class ToolIndex:
         missing = [f for f in ("tools.jsonl", "servers.json", "vectors.npy", "owner.npy") if not (directory / f).exists()]
         if missing:
             raise IndexLoadError(f"{directory}: incomplete index, missing {', '.join(missing)}; rebuild it")
-        tools = [Tool.from_dict(json.loads(line)) for line in (directory / "tools.jsonl").read_text(encoding="utf-8").splitlines() if line]
-        catalog = Catalog(tools, json.loads((directory / "servers.json").read_text(encoding="utf-8")))
+        try:
+            tools = [Tool.from_dict(json.loads(line))
+                     for line in (directory / "tools.jsonl").read_text(encoding="utf-8").splitlines() if line]
+            catalog = Catalog(tools, json.loads((directory / "servers.json").read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and CatalogError are ValueErrors
+            raise IndexLoadError(f"{directory}: corrupt tool table ({type(exc).__name__}: {exc}); rebuild it") from None
         encoder = encoder or OnnxEncoder()
         if manifest.get("embedding_model") != getattr(encoder, "name", None):
             raise IndexLoadError(

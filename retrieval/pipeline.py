@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -103,6 +104,8 @@ class Pipeline:
         self.tokens = token_counter or TokenCounter()
         self._matchers_version = -1
         self._catalog_tokens: dict[tuple, int] = {}
+        self._scoped: dict[tuple, tuple[ServerMentionMatcher, ExactNameMatcher]] = {}
+        self._lock = threading.Lock()
         self._refresh_matchers()
 
     def with_index(self, index: ToolIndex) -> "Pipeline":
@@ -121,13 +124,38 @@ class Pipeline:
 
     def _refresh_matchers(self) -> None:
         """Name matchers follow catalog updates (cheap to rebuild)."""
-        if self._matchers_version == self.index.version:
-            return
-        catalog = self.index.catalog
-        self._mentions = ServerMentionMatcher(catalog.servers)
-        self._exact = ExactNameMatcher([t.id for t in catalog.tools])
-        self._catalog_tokens.clear()
-        self._matchers_version = self.index.version
+        with self._lock:
+            if self._matchers_version == self.index.version:
+                return
+            catalog = self.index.catalog
+            self._mentions = ServerMentionMatcher(catalog.servers)
+            self._exact = ExactNameMatcher([t.id for t in catalog.tools])
+            self._catalog_tokens.clear()
+            self._scoped.clear()
+            self._matchers_version = self.index.version
+
+    def _matchers(self, eligible: Eligibility) -> tuple[ServerMentionMatcher, ExactNameMatcher]:
+        """Name matchers over the eligible servers and tools only.
+
+        Matching prefers the longest name and refuses ambiguous typos, so a hidden name
+        ("GitHub Enterprise", "api.get_user") would otherwise swallow or block a visible one
+        and reveal that it exists: with these, a hidden server behaves exactly like one that
+        does not exist. Built once per eligibility and index version (~20 ms on 2,797 tools).
+        """
+        self._refresh_matchers()
+        if eligible.unrestricted:
+            return self._mentions, self._exact
+        key = (eligible.servers, eligible.tools)
+        with self._lock:
+            found = self._scoped.get(key)
+            if found is None:
+                catalog = self.index.catalog
+                found = (ServerMentionMatcher([s for s in catalog.servers if eligible.allows_server(s)]),
+                         ExactNameMatcher([t.id for t in catalog.tools if eligible.allows(t.id)]))
+                self._scoped[key] = found
+                if len(self._scoped) > 256:  # tenants are few; bound it anyway
+                    self._scoped.pop(next(iter(self._scoped)))
+        return found
 
     # ------------------------------------------------------------------ scoring
 
@@ -199,15 +227,15 @@ class Pipeline:
         eligible = eligible or Eligibility()
         attempt = 1 if previous is None else min(int(getattr(previous, "attempt", 1)) + 1, 2)
         max_results = k or policy.max_results
-        self._refresh_matchers()
+        mentions, exact_names = self._matchers(eligible)
         catalog = self.index.catalog
 
-        # Shortcuts. Each is checked against eligibility: an ineligible server or tool
+        # Shortcuts. Each matches the eligible catalog only: an ineligible server or tool
         # behaves exactly like one that does not exist.
         always = [t for t in self.always_available.match(request, eligible) if t in catalog]
-        mentioned = [s for s in self._mentions.find(request) if eligible.allows_server(s)]
+        mentioned = [s for s in mentions.find(request) if eligible.allows_server(s)]
         search_eligible = eligible.narrowed_to(mentioned) if mentioned else eligible
-        exact = [t for t in self._exact.find(request, eligible) if t in catalog]
+        exact = [t for t in exact_names.find(request, eligible) if t in catalog]
 
         hits = self.index.retrieve(request, need, search_eligible, k=policy.candidates)
         retrieved = {h.tool_id for h in hits}
@@ -280,13 +308,16 @@ class Pipeline:
 
     def _token_report(self, selected: list[Tool], eligible: Eligibility, fmt: str) -> TokenReport:
         key = (eligible.servers, eligible.tools, fmt)
-        if key not in self._catalog_tokens:
+        total = self._catalog_tokens.get(key)  # read once: a concurrent refresh may clear the cache
+        if total is None:
             pool = [t for t in self.index.catalog.tools if eligible.allows(t.id)]
-            self._catalog_tokens[key] = self.tokens.total(pool, fmt)
-            if len(self._catalog_tokens) > 1024:  # bound the cache: tenants are few, but be safe
-                self._catalog_tokens.pop(next(iter(self._catalog_tokens)))
+            total = self.tokens.total(pool, fmt)
+            with self._lock:
+                self._catalog_tokens[key] = total
+                if len(self._catalog_tokens) > 1024:  # bound the cache: tenants are few, but be safe
+                    self._catalog_tokens.pop(next(iter(self._catalog_tokens)))
         selected_tokens = self.tokens.total(selected, fmt) if selected else 0
-        return TokenReport(selected_tokens, self._catalog_tokens[key], self.tokens.encoding)
+        return TokenReport(selected_tokens, total, self.tokens.encoding)
 
     def _explain(self, hit: Hit | None, tool: Tool, p: float, src: str, decision: str, policy: Policy,
                  query_terms: set[str]) -> dict[str, Any]:

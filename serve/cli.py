@@ -76,6 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1:
         sys.stderr.write(f"--workers {args.workers}: use 1 or more\n")
         return 2
+    # Paths the workers would only read in the background (a failure there leaves a service
+    # that never gets ready): check them here, once, with a message.
+    for flag, path, ok, fix in (
+            ("--model", args.model_dir, lambda p: (p / "model.onnx").is_file(),
+             "pass a scorer model folder (config.json, model.onnx, tokenizer.json)"),
+            ("--catalog", args.catalog, Path.is_file, "pass a catalog file (MCP-Zero JSON, tools/list JSON or JSONL)"),
+            ("--index", args.index_dir, lambda p: not p.exists() or p.is_dir(), "pass a folder (created if missing)")):
+        if path is not None and not ok(path):
+            sys.stderr.write(f"{flag} {path}: not usable; {fix}\n")
+            return 2
     if args.config is None:
         if args.host not in LOOPBACK:
             sys.stderr.write(f"refusing to serve without API keys on {args.host}: pass --config FILE (tenants and "
@@ -95,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_dir = Path(tempfile.mkdtemp(prefix="toolrank-metrics-"))
         cleanup.append(metrics_dir)
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    previous = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
 
     # Check settings and tenants here, so a bad file fails once with a clear message.
@@ -109,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
             load_tenants(settings.config)
     except (ValidationError, TenantConfigError) as exc:
         sys.stderr.write(f"error: {exc}\n")
+        for name, value in previous.items():  # leave the caller's environment as it was
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for path in cleanup:
+            shutil.rmtree(path, ignore_errors=True)
         return 2
 
     import uvicorn

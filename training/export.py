@@ -97,6 +97,8 @@ def _resolve_model(source: Any, tokenizer: Any) -> tuple[Any, Any, str]:
     """(transformers model, transformers tokenizer, base model description) for any accepted source."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 
+    from . import modeling  # noqa: F401  (registers toolrank's mean-pooling model class)
+
     if isinstance(source, (str, Path)):
         src = Path(source)
         if not src.is_dir():

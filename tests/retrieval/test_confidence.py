@@ -72,6 +72,11 @@ def test_mismatched_lengths(weights, mean, scale, message):
         ConfidenceModel(("logit", "fused_rel"), weights, 0.0, mean, scale)
 
 
+def test_scale_must_be_positive():
+    with pytest.raises(ValueError, match=r"every scale must be a positive number, got \[1.0, 0.0\]"):
+        ConfidenceModel(("logit", "fused_rel"), (1.0, 1.0), 0.0, (0.0, 0.0), (1.0, 0.0))
+
+
 def test_unknown_feature():
     with pytest.raises(ValueError, match=r"unknown features \['popularity'\]"):
         ConfidenceModel(("fused_rel", "popularity"), (1.0, 1.0), 0.0, (0.0, 0.0), (1.0, 1.0))

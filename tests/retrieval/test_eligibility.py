@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from retrieval.catalog import ToolId
 from retrieval.eligibility import Eligibility
 
@@ -57,3 +59,8 @@ def test_of_accepts_generators_and_is_hashable():
     e = Eligibility.of(servers=(s for s in ["A", "B"]))
     assert e == Eligibility.of(servers=["B", "A"])
     assert hash(e) == hash(Eligibility.of(servers=["B", "A"]))
+
+
+def test_a_single_server_string_is_refused():
+    with pytest.raises(ValueError, match=r"servers must be a list of names, got the string 'GitHub': wrap it"):
+        Eligibility.of(servers="GitHub")

@@ -72,6 +72,8 @@ def test_stage_errors(index):
         evaluate(index, QUERIES, stages=("scorer",))
     with pytest.raises(CatalogError, match=r"1 queries name tools not in the index, e.g. Nope / x"):
         evaluate(index, [Query("q", "anything", ToolId("Nope", "x"))])
+    with pytest.raises(ValueError, match=r"org_size must be at least 1 server .*got 0"):
+        evaluate(index, QUERIES, stages=("bm25",), org_size=0)
 
 
 def test_use_need(index):
@@ -165,6 +167,13 @@ def test_load_queries_missing_fields(tmp_path):
 def test_load_queries_invalid_json(tmp_path):
     path = write_lines(tmp_path / "q.jsonl", [json.dumps({"query": "x", "server": "S", "tool": "t"}), "{oops"])
     with pytest.raises(CatalogError, match=r"q\.jsonl, line 2: invalid JSON"):
+        load_queries(path)
+
+
+def test_load_queries_bad_acceptable(tmp_path):
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps({"query": "x", "server": "S", "tool": "t",
+                                                          "acceptable": [["S", "u"]]})])
+    with pytest.raises(CatalogError, match=r"q\.jsonl, line 1: 'acceptable' must be a list of"):
         load_queries(path)
 
 

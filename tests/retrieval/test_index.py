@@ -12,7 +12,7 @@ from fakes import HashEncoder, tiny_catalog
 from retrieval.catalog import Catalog, CatalogError, Tool, ToolId
 from retrieval.eligibility import Eligibility
 from retrieval.fusion import FusionConfig
-from retrieval.index import FORMAT_VERSION, IndexLoadError, ToolIndex
+from retrieval.index import FORMAT_VERSION, IndexLoadError, IndexSaveError, ToolIndex
 
 QUERIES = [
     "shard allocation of an index",
@@ -251,6 +251,28 @@ def test_a_failed_save_keeps_the_old_index(index, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["idx"]
     old = ToolIndex.load(tmp_path / "idx", encoder=HashEncoder())
     assert "Slack" in old.catalog.servers
+
+
+def test_save_refuses_to_replace_what_is_not_an_index(index, tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    with pytest.raises(IndexSaveError, match=r"mine exists and is not a toolrank index; .*new or empty folder"):
+        index.save(folder)
+    assert (folder / "notes.txt").read_text() == "keep me"
+    (tmp_path / "file").write_text("keep me too")
+    with pytest.raises(IndexSaveError, match="is not a toolrank index"):
+        index.save(tmp_path / "file")
+    (tmp_path / "empty").mkdir()
+    index.save(tmp_path / "empty")                                   # an empty folder is fine
+    assert (tmp_path / "empty" / "manifest.json").exists()
+
+
+def test_load_corrupt_tool_table(index, tmp_path):
+    index.save(tmp_path / "idx")
+    (tmp_path / "idx" / "tools.jsonl").write_text('{"name": "no server"}\n')
+    with pytest.raises(IndexLoadError, match=r"corrupt tool table \(KeyError"):
+        ToolIndex.load(tmp_path / "idx", encoder=HashEncoder())
 
 
 def test_load_missing_folder(tmp_path):

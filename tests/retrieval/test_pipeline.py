@@ -24,7 +24,7 @@ from retrieval.serialize import result_to_dict, tool_to_dict
 from retrieval.text import tool_document
 from retrieval.tokens import TokenCounter
 
-from fakes import tiny_catalog  # tests/ is on sys.path (tests/conftest.py)
+from fakes import HashEncoder, tiny_catalog  # tests/ is on sys.path (tests/conftest.py)
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)
 LOW = 0.01                                                           # default probability
@@ -646,3 +646,22 @@ def test_no_suggestions_unless_no_fit(deployment):
     pipe = make(deployed, public_index=public)
     first = pipe.search(WEATHER_REQUEST, eligible=Eligibility.of(servers=["Slack"]))
     assert first.decision == "search_again" and first.suggestions == []
+
+
+# ---------------------------------------------------------------- hidden names leave no trace
+
+
+@pytest.mark.parametrize(("hidden", "request_text", "source"), [
+    (Tool("GitHub Enterprise", "secret_tool", "hidden"), "use github enterprise to create an issue", "server_mention"),
+    (Tool("Hidden", "api.create_issue", "hidden"), "call api.create_issue now", "exact_name"),
+])
+def test_a_hidden_name_changes_nothing(hidden, request_text, source):
+    visible = [Tool("GitHub", "create_issue", "Create an issue"), Tool("Other", "x", "do x")]
+    eligible = Eligibility.of(servers=["GitHub", "Other"])
+    results = []
+    for tools in (visible, visible + [hidden]):
+        pipe = Pipeline(ToolIndex.build(Catalog(tools), encoder=HashEncoder()), FakeScorer(), confidence=LOGIT)
+        r = pipe.search(request_text, eligible=eligible)
+        results.append((r.restricted_to, [(t.tool_id, t.source, t.probability) for t in r.tools], r.message))
+    assert results[0] == results[1]
+    assert results[0][1][0][:2] == (ToolId("GitHub", "create_issue"), source)

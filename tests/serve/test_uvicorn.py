@@ -76,11 +76,23 @@ def test_cli_refuses_open_service_off_loopback(capsys):
 def test_cli_rejects_a_bad_tenants_file(tmp_path, capsys):
     bad = tmp_path / "t.toml"
     bad.write_text("[[tenants]]\nname = 'x'\n")
+    before = dict(os.environ)
     assert main(["--config", str(bad)]) == 2
     assert "key_sha256" in capsys.readouterr().err
+    assert dict(os.environ) == before   # a refused start leaves the environment alone
 
 
 def test_cli_new_key(capsys):
     assert main(["--new-key"]) == 0
     out = capsys.readouterr().out
     assert "key_sha256" in out and "tr_" in out
+
+
+def test_cli_checks_paths_before_starting(tmp_path, capsys):
+    assert main(["--model", str(tmp_path / "no-model")]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert main(["--catalog", str(tmp_path / "none.json")]) == 2
+    assert "--catalog" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main(["--index", str(tmp_path / "afile")]) == 2
+    assert "--index" in capsys.readouterr().err

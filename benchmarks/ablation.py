@@ -1,0 +1,121 @@
+"""Every figure of the README's quality tables in one process; JSON per run in benchmarks/results/.
+
+    python benchmarks/ablation.py --model models/toolrank-reranker [--runs test_ex,test_abstain ...]
+
+Same code path as `toolrank eval` (retrieval.evaluate / retrieval.abstention), but one process
+shares the cross-encoder's logits between runs: a (request, need, tool) pair scored for one
+run is not scored again for another (the abstention run re-searches the same requests).
+The cache changes nothing but time: logits are deterministic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from retrieval.abstention import abstention_report, format_abstention, plot_coverage_risk  # noqa: E402
+from retrieval.default_index import load_or_build_default  # noqa: E402
+from retrieval.evaluate import evaluate, format_report, load_queries  # noqa: E402
+from retrieval.pipeline import Pipeline, Policy  # noqa: E402
+
+QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
+
+# name: (split, use_need, examples, org_size, sample)
+RUNS = {
+    "test_ex": ("test", False, True, None, None),
+    "test_ex_need": ("test", True, True, None, None),
+    "test_noex": ("test", False, False, None, None),
+    "test_noex_need": ("test", True, False, None, None),
+    "test_org30": ("test", False, True, 30, None),
+    "dev_ex": ("dev", False, True, None, None),
+    "train_sample": ("train", False, True, None, 500),
+}
+
+
+class CachedScorer:
+    """Wraps a Scorer: logits are memoised per (request, need, server, tool)."""
+
+    def __init__(self, scorer):
+        self.scorer = scorer
+        self.cache: dict[tuple, float] = {}
+        self.info = scorer.info
+        self.path = scorer.path
+
+    def logits(self, request, need, tools):
+        keys = [(request, need, t.server, t.name) for t in tools]
+        todo = [i for i, k in enumerate(keys) if k not in self.cache]
+        if todo:
+            out = self.scorer.logits(request, need, [tools[i] for i in todo])
+            for i, z in zip(todo, out):
+                self.cache[keys[i]] = float(z)
+        return np.array([self.cache[k] for k in keys])
+
+    def score(self, request, need, tools):
+        return self.scorer.score(request, need, tools)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
+    p.add_argument("--runs", default="test_ex,test_abstain,test_ex_need,test_noex,test_noex_need,test_org30,dev_ex,train_sample",
+                   help="order matters only for time: later runs reuse earlier runs' logits")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--score-top", type=int, default=None)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    from scorer import Scorer
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
+    public = load_or_build_default()
+    indexes = {True: public, False: None}
+    policy = Policy(score_top=a.score_top)
+    for name in a.runs.split(","):
+        t0 = time.time()
+        if name == "test_abstain":
+            pipe = Pipeline(indexes[True], scorer, public_index=public, policy=policy)
+            queries = load_queries(QUESTIONS, split="test")
+            rep = abstention_report(pipe, queries, show_progress=True)
+            png = plot_coverage_risk(rep, a.out / "coverage_risk_test.png")
+            red = [pipe.search(q.query).tokens.reduction for q in queries]
+            out = {"abstention": {k: v for k, v in rep.items() if k not in ("coverage", "risk")},
+                   "token_reduction_mean": float(np.mean(red))}
+            if png:
+                out["abstention"]["plot"] = str(png.relative_to(ROOT))
+            print(format_abstention(rep))
+        else:
+            split, use_need, examples, org, sample = RUNS[name]
+            if indexes[examples] is None:
+                indexes[examples] = load_or_build_default(with_examples=examples, show_progress=True)
+            index = indexes[examples]
+            pipe = Pipeline(index, scorer, public_index=public, policy=policy)
+            queries = load_queries(QUESTIONS, split=split)
+            if sample:
+                queries = random.Random(0).sample(queries, sample)
+
+            def reranker(request, need, hits, eligible, pipe=pipe):
+                return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top)]
+
+            out = evaluate(index, queries, stages=["bm25", "dense", "hybrid", "scorer"], use_need=use_need,
+                           org_size=org, seed=0, reranker=reranker, show_progress=True)
+            print(f"\n== {name}\n{format_report(out)}")
+        out["seconds"] = round(time.time() - t0, 1)
+        out["model"] = str(a.model)
+        (a.out / f"{name}.json").write_text(json.dumps(out, indent=1))
+        print(f"[{name}: {out['seconds']} s, {len(scorer.cache)} cached pairs]", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Confidence calibration: the logistic fit, and the (query, mode) candidate lists it is fitted on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from retrieval.catalog import ToolId
+from retrieval.confidence import RETRIEVAL_FEATURES, ConfidenceModel
+from retrieval.evaluate import Query
+from training.calibrate import abstain_eligibility, collect, fit_confidence
+
+SHARDS = ToolId("Elasticsearch", "get_shards")
+INDICES = ToolId("Elasticsearch", "list_indices")
+ISSUE = ToolId("GitHub", "create_issue")
+POST = ToolId("Slack", "post_message")
+FORECAST = ToolId("Weather", "get_forecast")
+
+QUERIES = [
+    Query("d1", "shard allocation status of an index", SHARDS, need="get shard status", style="goal"),
+    Query("d2", "open a new issue in the repository", ISSUE, need="create an issue", style="explicit",
+          acceptable=(POST,)),  # an acceptable alternative on another server
+]
+
+
+class FakeScorer:
+    """Logit = 2 for the query's labelled tool and its alternatives, -1 otherwise; records its calls."""
+
+    def __init__(self, queries=QUERIES):
+        self.good = {q.query: q.lenient_targets for q in queries}
+        self.calls: list[tuple[str, str | None, list[ToolId]]] = []
+
+    def logits(self, request, need, tools) -> np.ndarray:
+        self.calls.append((request, need, [t.id for t in tools]))
+        return np.array([2.0 if t.id in self.good[request] else -1.0 for t in tools])
+
+
+# ------------------------------------------------------------------ fit_confidence
+
+
+def test_fit_confidence_is_monotone_in_the_logit_and_matches_the_base_rate():
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(0)
+    y = (rng.random(2000) < 0.2).astype(np.float64)
+    logit = rng.normal(0.0, 1.0, len(y)) + 2.0 * y  # higher logit, more often a fit
+    feats = {"logit": logit, "dense_score": rng.normal(size=len(y))}  # extra features are ignored
+    model = fit_confidence(feats, y, ("logit",), fitted_on="synthetic")
+    assert isinstance(model, ConfidenceModel)
+    assert model.features == ("logit",) and model.fitted_on == "synthetic"
+    assert model.weights[0] > 0
+    grid = np.linspace(-4, 6, 50)
+    p_grid = model.probabilities_from_features({"logit": grid})
+    assert np.all(np.diff(p_grid) > 0)
+    p = model.probabilities_from_features(feats)
+    assert abs(p.mean() - y.mean()) < 0.02
+    assert p[y == 1].mean() > p[y == 0].mean() + 0.2
+    # survives a save/load round trip
+    assert ConfidenceModel.from_dict(model.to_dict()) == model
+
+
+# ------------------------------------------------------------------ collect
+
+
+def test_abstain_eligibility_drops_the_labelled_and_acceptable_servers(index):
+    eligible = abstain_eligibility(index, QUERIES[1])
+    assert eligible.servers == frozenset({"Elasticsearch", "Weather"})
+
+
+def test_collect_groups_labels_and_modes(index):
+    scorer = FakeScorer()
+    col = collect(index, QUERIES, scorer, show_progress=False)
+    assert col.modes == ["request", "need", "abstain"] * len(QUERIES)
+    feats, y, groups = col.arrays()
+    assert set(feats) == {"logit", "logit_gap", *RETRIEVAL_FEATURES}
+    assert all(len(v) == len(y) == len(groups) for v in feats.values())
+    assert list(np.unique(groups)) == list(range(len(col.modes)))
+
+    # the scorer saw each (query, mode) list once: the need only in "need" mode
+    assert [(r, n) for r, n, _ in scorer.calls] == [
+        (q.query, q.need if mode == "need" else None) for q in QUERIES for mode in ("request", "need", "abstain")]
+    for g, ((request, _, tools), mode) in enumerate(zip(scorer.calls, col.modes)):
+        q = next(q for q in QUERIES if q.query == request)
+        labels = col.labels[g]
+        assert len(labels) == len(tools) and np.all(groups[groups == g] == g)
+        # 1 exactly for the labelled tool and its acceptable alternatives
+        assert [t for t, lab in zip(tools, labels) if lab == 1.0] == [t for t in tools if t in q.lenient_targets]
+        assert set(np.unique(labels)) <= {0.0, 1.0}
+        np.testing.assert_array_equal(col.feats["logit"][g], [2.0 if t in q.lenient_targets else -1.0 for t in tools])
+        if mode == "abstain":
+            assert not {t.server for t in tools} & {t.server for t in q.lenient_targets}
+            assert labels.sum() == 0
+        else:
+            assert set(tools) >= q.lenient_targets  # the tiny catalog: everything is retrieved
+            assert labels.sum() == len(q.lenient_targets)
+
+
+def test_collect_without_a_scorer_has_only_retrieval_features(index):
+    col = collect(index, QUERIES[:1], None, modes=("request",), show_progress=False)
+    feats, y, groups = col.arrays()
+    assert set(feats) == set(RETRIEVAL_FEATURES)
+    assert col.modes == ["request"] and y.sum() == 1 and set(groups) == {0}
