@@ -209,7 +209,8 @@ class Pipeline:
             need: the agent's one-line need, if any.
             eligible: the tenant's allowed servers/tools; nothing else is ever returned.
             previous: the result of the first attempt (anything with ``.attempt``); makes this the second.
-            k: how many tools to return at most (default: the policy's max_results).
+            k: how many ranked tools to return at most (default: the policy's max_results);
+                always-available and exactly named tools come on top of these.
             explain: attach per-tool explanations.
             fmt: definition format: "mcp", "openai" or "anthropic".
             policy: thresholds for this call (e.g. the tenant's), else the pipeline's.

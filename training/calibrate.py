@@ -100,12 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=Path, default=DATA / "questions.jsonl")
     p.add_argument("--split", default="dev")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--limit", type=int, help="only the first N questions (a smoke run)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from retrieval.default_index import load_or_build_default
 
     index = load_or_build_default()
-    queries = load_queries(a.queries, split=a.split)
+    queries = load_queries(a.queries, split=a.split)[: a.limit or None]
     scorer = None
     if a.model:
         from scorer import Scorer
