@@ -28,10 +28,16 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 class PairConfig:
     """How many of each kind of pair a training question contributes."""
 
-    top_negatives: int = 3       # sampled from the hybrid ranks 1-10 (hardest)
+    top_negatives: int = 3       # sampled from the first 10 unjudged hits (hardest)
     deep_negatives: int = 2      # sampled from ranks 11-100
     need_rate: float = 0.3       # share of pairs that carry the need line (the rest: request alone)
     seed: int = 13
+
+    def __post_init__(self) -> None:
+        if self.top_negatives < 0 or self.deep_negatives < 0:
+            raise ValueError(f"negative counts must be >= 0, got {self.top_negatives} and {self.deep_negatives}")
+        if not 0.0 <= self.need_rate <= 1.0:
+            raise ValueError(f"need_rate must lie in [0, 1], got {self.need_rate}")
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,10 @@ def load_jsonl(path: Path) -> list[dict]:
 
 def data_hash(*paths: Path) -> str:
     h = hashlib.sha256()
-    for p in paths:
-        h.update(Path(p).read_bytes())
+    for p in paths:  # name and length first, so bytes cannot move between files unnoticed
+        data = Path(p).read_bytes()
+        h.update(f"{Path(p).name}:{len(data)}:".encode())
+        h.update(data)
     return h.hexdigest()[:16]
 
 

@@ -5,7 +5,9 @@ set -euo pipefail
 src=$1; out=$2; shift 2
 export HF_HUB_OFFLINE=1
 # sentence-transformers trains with longest_first truncation: export the same.
-python -m training.export "$src" "$out" --truncation longest_first --overwrite --name "$(basename "$out")" "$@"
+hash=$(python -c "from training.pairs import data_hash, DATA_DIR as d; print(data_hash(d/'questions.jsonl', d/'judgments.jsonl', d/'splits.json'))")
+python -m training.export "$src" "$out" --truncation longest_first --overwrite --name "$(basename "$out")" \
+    --training-data-hash "$hash" "$@"
 python -m training.calibrate --model "$out"
 toolrank eval --split dev --model "$out" --stages hybrid,scorer --json > "$out/dev_eval.json"
 python - "$out/dev_eval.json" <<'PY'
