@@ -67,11 +67,13 @@ class CachedScorer:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
-    p.add_argument("--runs", default="test_ex,test_abstain,test_ex_need,test_noex,test_noex_need,test_org30,dev_ex,train_sample",
+    p.add_argument("--runs", default="test_ex,test_ex_need,test_noex,test_noex_need,test_org30,dev_ex,train_sample,test_abstain",
                    help="order matters only for time: later runs reuse earlier runs' logits")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--score-top", type=int, default=None)
+    p.add_argument("--thresholds", type=Path, default=ROOT / "benchmarks" / "results" / "thresholds_dev.json",
+                   help="the dev threshold table (training/thresholds.py --json); read when the abstention run starts")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from scorer import Scorer
@@ -84,12 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     for name in a.runs.split(","):
         t0 = time.time()
         if name == "test_abstain":
+            if a.thresholds.exists():  # decisions use the threshold chosen on dev
+                chosen = json.loads(a.thresholds.read_text())["chosen"]["threshold"]
+                policy = Policy(score_top=a.score_top, proceed_threshold=chosen)
             pipe = Pipeline(indexes[True], scorer, public_index=public, policy=policy)
             queries = load_queries(QUESTIONS, split="test")
             rep = abstention_report(pipe, queries, show_progress=True)
             png = plot_coverage_risk(rep, a.out / "coverage_risk_test.png")
             red = [pipe.search(q.query).tokens.reduction for q in queries]
             out = {"abstention": {k: v for k, v in rep.items() if k not in ("coverage", "risk")},
+                   "proceed_threshold": policy.proceed_threshold,
                    "token_reduction_mean": float(np.mean(red))}
             if png:
                 out["abstention"]["plot"] = str(png.relative_to(ROOT))
