@@ -16,7 +16,7 @@ RUNS = [  # (file stem, label)
     ("test_noex_need", "test, request + need, no examples"),
     ("test_org30", "test, 30-server organisations, request alone"),
     ("dev_ex", "dev (selection/calibration set), request alone"),
-    ("train_sample", "500 train questions (seen in training), request alone"),
+    ("train_sample", "200 train questions (seen in training), request alone"),
 ]
 
 
