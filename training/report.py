@@ -96,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=Path, default=DATA / "questions.jsonl")
     p.add_argument("--plot", type=Path)
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--threads", type=int, default=2)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     from retrieval.default_index import load_or_build_default
     from scorer import Scorer
 
-    scorer = Scorer.load(a.model)
+    scorer = Scorer.load(a.model, threads=a.threads)
     conf = ConfidenceModel.load(a.model / "combiner.json")
     rep = calibration_report(load_or_build_default(), scorer, conf, load_queries(a.queries, split=a.split))
     if a.plot:
