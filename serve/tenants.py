@@ -82,6 +82,7 @@ class _PolicySpec(BaseModel):
     min_results: int | None = Field(None, ge=1, le=50)
     max_results: int | None = Field(None, ge=1, le=50)
     candidates: int | None = Field(None, ge=1, le=1000)
+    score_top: int | None = Field(None, ge=1, le=1000)   # the fast operating point: score only the first N
 
     @model_validator(mode="after")
     def _ordered(self) -> "_PolicySpec":
