@@ -46,7 +46,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
-SMITHERY = Path("/work/shared/data/smithery/servers")
+# ../shared beside the checkout (as laid for sessions and CI), else the absolute path.
+SMITHERY = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data" / "smithery" / "servers",
+                              Path("/work/shared/data/smithery/servers")) if p.exists()),
+                Path("/work/shared/data/smithery/servers"))
 SCENARIOS = ("mcp-zero", "+smithery", "synthetic")
 
 

@@ -17,9 +17,8 @@ from serve.settings import Settings  # noqa: E402
 from serve.tenants import hash_key  # noqa: E402
 from serve_fakes import wait_ready  # noqa: E402
 
-CATALOG = Path("/work/shared/data/mcp_zero/mcp_tools_5.json")
-if not CATALOG.exists():
-    CATALOG = Path(__file__).resolve().parents[2] / "tests" / "data" / "mcp_tools_5.json"
+# A 5-server slice of the MCP-Zero catalog (MIT), shipped with the tests.
+CATALOG = Path(__file__).resolve().parents[1] / "data" / "mcp_tools_5.json"
 ACME = ["AgentQL", "Aiven", "Apache IoTDB"]
 HIDDEN = "Apify"
 
