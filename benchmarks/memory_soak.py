@@ -1,0 +1,85 @@
+"""Server memory over many requests: does RSS stop growing? (loopback only, bounded)
+
+    python benchmarks/memory_soak.py --requests 5000 [--score-top 20] [--out benchmarks/results/memory_soak.json]
+
+Starts `toolrank serve` on 127.0.0.1 with one tenant (whose policy may set score_top), sends
+/v1/search requests one at a time (dev questions, cycled), and samples the server's RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=5000)
+    p.add_argument("--score-top", type=int)
+    p.add_argument("--max-seconds", type=float, default=900)
+    p.add_argument("--out", type=Path)
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    from serve.tenants import hash_key
+
+    policy = f"\n[tenants.policy]\nscore_top = {a.score_top}\n" if a.score_top else ""
+    cfg = Path(tempfile.mkdtemp()) / "tenants.toml"
+    cfg.write_text(f'[[tenants]]\nname = "soak"\nkey_sha256 = ["{hash_key("k-soak")}"]\nservers = "*"\n{policy}')
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "--host", "127.0.0.1", "--port", str(port),
+                             "--config", str(cfg)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ})
+    questions = [json.loads(l)["query"] for l in (ROOT / "training" / "data" / "questions.jsonl").read_text().splitlines()
+                 if '"split": "dev"' in l]
+    samples = []
+    try:
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": "k-soak"}, timeout=60)
+        t0 = time.time()
+        while time.time() - t0 < 120:
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        rss = lambda: psutil.Process(proc.pid).memory_info().rss / 2**20  # noqa: E731
+        samples.append((0, rss()))
+        errors, start = 0, time.time()
+        for i in range(1, a.requests + 1):
+            r = client.post("/v1/search", json={"request": questions[i % len(questions)]})
+            errors += r.status_code != 200
+            if i % 500 == 0 or i == a.requests:
+                samples.append((i, rss()))
+                print(f"{i:>6} requests  RSS {samples[-1][1]:7.1f} MiB  errors {errors}", flush=True)
+            if time.time() - start > a.max_seconds:
+                print(f"stopped at the time cap after {i} requests", flush=True)
+                break
+        out = {"score_top": a.score_top, "samples": samples, "errors": errors, "seconds": time.time() - start}
+        if a.out:
+            a.out.write_text(json.dumps(out, indent=1))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
