@@ -113,3 +113,13 @@ def test_tenants_file_formats(tmp_path):
     (tmp_path / "bad.toml").write_text("[[tenants]\n")
     with pytest.raises(TenantConfigError, match="cannot parse"):
         load_tenants(tmp_path / "bad.toml")
+
+
+def test_tenant_policy_can_set_the_fast_operating_point():
+    from retrieval.pipeline import Policy
+
+    t = Tenants.from_dict(tenant(policy={"score_top": 20})).authenticate("k")
+    assert t.policy == {"score_top": 20}
+    assert Policy().with_overrides(**t.policy).score_top == 20
+    with pytest.raises(TenantConfigError, match="score_top"):
+        Tenants.from_dict(tenant(policy={"score_top": 0}))
