@@ -239,15 +239,16 @@ class Pipeline:
         exact = [t for t in exact_names.find(request, eligible) if t in catalog]
 
         hits = self.index.retrieve(request, need, search_eligible, k=policy.candidates)
-        retrieved = {h.tool_id for h in hits}
+        row_of = {h.tool_id: i for i, h in enumerate(hits)}
         for tid in exact:  # a tool named exactly is always scored, even if retrieval missed it
-            if tid not in retrieved:
+            if tid not in row_of:
+                row_of[tid] = len(hits)
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
         probs = self.probabilities(request, need, hits, policy.score_top)
 
         source: dict[ToolId, str] = {}
         for tid in exact:
-            i = next(i for i, h in enumerate(hits) if h.tool_id == tid)
+            i = row_of[tid]
             probs[i] = max(probs[i], policy.exact_name_confidence)
             source[tid] = "exact_name"
         # The floor goes to the named server's best tool, never to an exactly named tool
@@ -259,7 +260,7 @@ class Pipeline:
             source.setdefault(hits[top].tool_id, "server_mention")
 
         order = [int(i) for i in np.argsort(-probs, kind="stable")]
-        best = max([float(probs[order[0]])] if order else [0.0])
+        best = float(probs[order[0]]) if order else 0.0
         if always:
             best = 1.0
 
@@ -284,7 +285,7 @@ class Pipeline:
                 chosen.append((tid, p, source.get(tid, "ranked")))
             for tid in exact:  # named tools stay even when the list is full
                 if all(c[0] != tid for c in chosen):
-                    chosen.append((tid, float(probs[next(i for i, h in enumerate(hits) if h.tool_id == tid)]), "exact_name"))
+                    chosen.append((tid, float(probs[row_of[tid]]), "exact_name"))
 
         selected_tools = [catalog[c[0]] for c in chosen]
         defs = build_definitions(selected_tools, fmt)
