@@ -44,18 +44,9 @@ def _index_from(a: argparse.Namespace):
 
 
 def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top: int | None = None):
-    from .default_index import load_or_build_default
-    from .pipeline import Pipeline, Policy
+    from .pipeline import Policy, load_pipeline
 
-    scorer = None
-    if not no_model:
-        from scorer import Scorer, default_model_path
-        path = model or default_model_path()
-        if model or (path / "model.onnx").exists():
-            scorer = Scorer.load(path, threads=threads)
-        else:
-            logging.getLogger("toolrank").warning("no model at %s: retrieval-only confidence", path)
-    return Pipeline(index, scorer, public_index=load_or_build_default(), policy=Policy(score_top=score_top))
+    return load_pipeline(index, False if no_model else model, policy=Policy(score_top=score_top), threads=threads)
 
 
 def cmd_index(a: argparse.Namespace) -> int:

@@ -370,16 +370,21 @@ class Pipeline:
         return f"No connected tool fits this request (best {best:.2f} after two searches).{tail}"
 
 
-def load_pipeline(index_dir: str | Path | None = None, model_dir: str | Path | None | Literal[False] = None, *,
+def load_pipeline(index_dir: str | Path | ToolIndex | None = None,
+                  model_dir: str | Path | None | Literal[False] = None, *,
                   policy: Policy | None = None, always_available: AlwaysAvailable | None = None,
                   threads: int = 2, public_suggestions: bool = True) -> Pipeline:
     """A ready pipeline: the given (or default) index and the given (or shipped) scorer.
 
-    ``model_dir=False`` runs without a scorer (retrieval-only confidence).
+    ``index_dir`` may also be a loaded :class:`ToolIndex`. ``model_dir=False`` runs without
+    a scorer (retrieval-only confidence).
     """
     from .default_index import load_or_build_default
 
-    index = ToolIndex.load(index_dir) if index_dir else load_or_build_default()
+    if isinstance(index_dir, ToolIndex):
+        index = index_dir
+    else:
+        index = ToolIndex.load(index_dir) if index_dir else load_or_build_default()
     scorer = None
     if model_dir is not False:
         from scorer import Scorer, default_model_path
