@@ -1,7 +1,8 @@
 """The default index of the shipped catalog, built once into a cache folder.
 
 The folder is ``$TOOLRANK_CACHE`` or ``~/.cache/toolrank``; the index lives in a
-subfolder named after the shipped data's hash, so a new catalog release rebuilds it.
+subfolder named after the hash of the shipped data and encoder, so a new catalog or
+encoder release rebuilds it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from pathlib import Path
 
 from .catalog import default_catalog_path, default_examples_path, load_default_catalog
+from .encoder import default_encoder_path
 from .index import IndexLoadError, ToolIndex
 
 __all__ = ["cache_dir", "default_index_path", "load_or_build_default"]
@@ -25,7 +27,9 @@ def cache_dir() -> Path:
 
 def default_index_path(with_examples: bool = True) -> Path:
     h = hashlib.sha256()
-    for p in (default_catalog_path(), default_examples_path(), Path(__file__).with_name("text.py")):
+    # the encoder's weights too: a new encoder must not meet vectors of the old one
+    for p in (default_catalog_path(), default_examples_path(), Path(__file__).with_name("text.py"),
+              default_encoder_path() / "model.onnx"):
         h.update(p.read_bytes())
     return cache_dir() / f"mcp-zero-{'ex' if with_examples else 'noex'}-{h.hexdigest()[:12]}"
 

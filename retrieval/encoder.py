@@ -28,7 +28,7 @@ class Encoder(Protocol):
 
 
 def default_encoder_path() -> Path:
-    return Path(__file__).resolve().parent.parent / "models" / "minilm-l6-encoder"
+    return Path(__file__).resolve().parent.parent / "models" / "toolrank-encoder"
 
 
 class OnnxEncoder:

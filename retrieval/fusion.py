@@ -16,7 +16,7 @@ class FusionConfig:
 
     k: float = 10.0
     w_bm25: float = 1.0
-    w_dense: float = 0.7
+    w_dense: float = 2.0
     depth: int = 200     # how deep each list is read before fusing
 
     def __post_init__(self) -> None:

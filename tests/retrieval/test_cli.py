@@ -38,7 +38,7 @@ def built(tmp_path_factory):
 def test_index_writes_a_loadable_folder(built):
     manifest = json.loads((built / "manifest.json").read_text())
     assert manifest["counts"]["tools"] == 6 and manifest["counts"]["servers"] == 3
-    assert manifest["embedding_model"] == "all-MiniLM-L6-v2"
+    assert manifest["embedding_model"] == "toolrank-encoder"
 
 
 def test_index_prints_a_summary(tmp_path, capsys):

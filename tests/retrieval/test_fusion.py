@@ -44,7 +44,7 @@ def test_rrf_empty_lists():
 
 def test_fusion_config_defaults():
     cfg = FusionConfig()
-    assert (cfg.k, cfg.w_bm25, cfg.w_dense) == (10.0, 1.0, 0.7)
+    assert (cfg.k, cfg.w_bm25, cfg.w_dense) == (10.0, 1.0, 2.0)  # chosen on dev (README, "Fusion weights")
     assert cfg.depth >= 100
 
 
@@ -56,7 +56,7 @@ def test_fusion_config_rejects_bad_values(kwargs):
 
 def test_fusion_config_one_zero_weight_is_allowed():
     assert FusionConfig(w_dense=0.0).w_bm25 == 1.0
-    assert FusionConfig(w_bm25=0.0).w_dense == 0.7
+    assert FusionConfig(w_bm25=0.0).w_dense == FusionConfig().w_dense
 
 
 def test_fusion_config_is_frozen_and_keyword_only():
