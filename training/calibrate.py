@@ -3,11 +3,19 @@
     python -m training.calibrate --model models/toolrank-ce-l3      # writes <model>/combiner.json
     python -m training.calibrate --retrieval-only                   # writes retrieval/data/retrieval_confidence.json
 
-Dev questions are scored three ways, so the probability means the same thing in each
-situation it will meet: the request alone, the request with its need, and the request
-alone with the labelled server and every acceptable alternative's server made ineligible
-(nothing fits: every candidate is a negative). Labels: the labelled tool or an acceptable
-alternative is 1, everything else 0.
+Dev questions are scored with the request alone and with its need. Labels: the labelled
+tool or an acceptable alternative is 1, everything else 0. Two stages: a logistic model
+over every candidate's features, then a list calibration of its score fitted on the top-10
+of each list (so the best candidate's probability is calibrated too; see
+retrieval/confidence.py).
+
+Lists with nothing eligible that fits (mode ``abstain``: the labelled server and its
+alternatives removed) are *not* fitted by default. Fitted on a 1:2 mix of such lists they
+shade every best probability down by the mix's prior (best-candidate ECE 0.19 on test);
+which share of real requests have no fitting tool is a property of each deployment, not of
+the model. The probability therefore means "this tool does what was asked" for requests
+like the questions, and the proceed threshold (training/thresholds.py) is where the
+no-fit cases are weighed.
 """
 
 from __future__ import annotations
@@ -15,13 +23,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from retrieval.catalog import ToolId
-from retrieval.confidence import FEATURES, RETRIEVAL_FEATURES, ConfidenceModel, candidate_features, default_confidence_path
+from retrieval.confidence import (FEATURES, RETRIEVAL_FEATURES, ConfidenceModel, ListCalibration, candidate_features,
+                                  default_confidence_path)
 from retrieval.eligibility import Eligibility
 from retrieval.evaluate import Query, load_queries
 from retrieval.index import ToolIndex
@@ -92,6 +101,26 @@ def fit_confidence(feats: dict[str, np.ndarray], y: np.ndarray, features: tuple[
                            tuple(float(m) for m in mean), tuple(float(s) for s in scale), fitted_on)
 
 
+def fit_list_calibration(model: ConfidenceModel, col: Collected, *, top: int = 10) -> ListCalibration | None:
+    """Second stage on each list's top-``top`` first-stage scores; None if the fit would reorder a list."""
+    from sklearn.linear_model import LogisticRegression
+
+    xs, ys = [], []
+    for g, y in enumerate(col.labels):
+        s = model.first_stage({k: v[g] for k, v in col.feats.items()})
+        order = np.argsort(-s, kind="stable")[:top]
+        st = s[order]
+        xs.append(np.stack([st, st - s.max(), (st == s.max()).astype(float)], axis=1))
+        ys.append(y[order])
+    lr = LogisticRegression(C=100.0, max_iter=2000).fit(np.concatenate(xs), np.concatenate(ys))
+    (a, b, c), d = (float(w) for w in lr.coef_[0]), float(lr.intercept_[0])
+    try:
+        return ListCalibration(a, b, c, d)
+    except ValueError as exc:
+        log.warning("no list calibration: %s", exc)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group(required=True)
@@ -101,7 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="dev")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--limit", type=int, help="only the first N questions (a smoke run)")
+    p.add_argument("--modes", default="request,need",
+                   help="lists to fit on: request, need, abstain (comma-separated; see the module doc)")
     a = p.parse_args(argv)
+    modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
+    bad = sorted(set(modes) - {"request", "need", "abstain"})
+    if bad or not modes:
+        p.error(f"--modes: unknown {bad or 'empty'}; choose from request, need, abstain")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from retrieval.default_index import load_or_build_default
 
@@ -111,10 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.model:
         from scorer import Scorer
         scorer = Scorer.load(a.model, threads=a.threads)
-    col = collect(index, queries, scorer)
+    col = collect(index, queries, scorer, modes=modes)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
     model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes {sorted(set(col.modes))}")
+    model = replace(model, list_calibration=fit_list_calibration(model, col))
     out = (a.model / "combiner.json") if a.model else default_confidence_path()
     model.save(out)
     if scorer is not None:
@@ -125,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         cal = fit_platt(feats["logit"], y)
         update_calibration(a.model, cal)
         log.info("scorer-alone Platt calibration: a=%.3f b=%.3f", cal.a, cal.b)
-    log.info("wrote %s: %s", out, dict(zip(model.features, np.round(model.weights, 3))))
+    log.info("wrote %s: %s; list calibration %s", out, dict(zip(model.features, np.round(model.weights, 3))),
+             model.list_calibration)
     return 0
 
 

@@ -190,3 +190,34 @@ def test_candidate_features_all_zero_scores():
         f = candidate_features(h)
     assert f["fused_rel"].tolist() == [0.0] and f["bm25_rel"].tolist() == [0.0]
     assert f["dense_score"].tolist() == [0.0]
+
+
+# ------------------------------------------------------------------ the list calibration
+
+
+def test_list_calibration_refuses_parameters_that_would_reorder_a_list():
+    from retrieval.confidence import ListCalibration
+
+    with pytest.raises(ValueError, match="keep each list's order"):
+        ListCalibration(a=0.5, b=-0.6)
+    with pytest.raises(ValueError, match="keep each list's order"):
+        ListCalibration(c=-0.1)
+    with pytest.raises(ValueError, match="finite"):
+        ListCalibration(a=float("nan"))
+
+
+def test_list_calibration_lifts_only_the_best_and_keeps_the_order():
+    from retrieval.confidence import ListCalibration
+
+    s = np.array([-1.0, 2.0, 0.5, 2.0 - 1e-9])
+    out = ListCalibration(a=1.0, b=0.5, c=0.7, d=-0.2).apply(s)
+    assert list(np.argsort(-out, kind="stable")) == list(np.argsort(-s, kind="stable"))
+    assert out[1] == pytest.approx(2.0 + 0.7 - 0.2)
+    assert ListCalibration().apply(np.zeros(0)).shape == (0,)
+
+
+def test_malformed_list_calibration_is_a_clear_error():
+    d = {"features": ["logit"], "weights": [1.0], "bias": 0.0, "mean": [0.0], "scale": [1.0],
+         "list_calibration": {"a": 1.0, "e": 2.0}}
+    with pytest.raises(ValueError, match="malformed confidence model"):
+        ConfidenceModel.from_dict(d)
