@@ -12,7 +12,8 @@ each list is picked for being the highest, and its probability came out 0.08 off
 (picking the maximum of 100 noisy scores favours the lucky). So an optional second stage,
 fitted on the top-10 of each dev list, maps the first stage's score ``s`` to
 ``sigmoid(a*s + b*(s - max s) + c*[s is the list's best] + d)``: monotone in ``s`` within a
-list (``a + b > 0``, ``c >= 0``), so it changes no ranking, only what the numbers mean.
+list (``a + b > 0``, ``c >= 0``) and, for the lists' best candidates, across lists (``a > 0``),
+so it changes no ranking and no abstention AUROC, only what the numbers mean.
 
 The same class without a logit (``uses_logit=False``) gives a retrieval-only probability,
 so the pipeline decides sensibly even without a model.
@@ -72,8 +73,10 @@ class ListCalibration:
     def __post_init__(self) -> None:
         if not all(np.isfinite(v) for v in (self.a, self.b, self.c, self.d)):
             raise ValueError(f"list calibration: parameters must be finite, got {self}")
-        if self.a + self.b <= 0 or self.c < 0:
-            raise ValueError(f"list calibration must keep each list's order (a + b > 0, c >= 0), got {self}")
+        # a + b > 0 and c >= 0 keep each list's order; a > 0 keeps the order of the lists'
+        # best candidates, so a higher first-stage best never gets a lower probability.
+        if self.a <= 0 or self.a + self.b <= 0 or self.c < 0:
+            raise ValueError(f"list calibration must keep each list's order (a > 0, a + b > 0, c >= 0), got {self}")
 
     def apply(self, s: np.ndarray) -> np.ndarray:
         if not len(s):

@@ -13,7 +13,7 @@ from retrieval.abstention import abstention_report, auroc, coverage_risk, format
 from retrieval.catalog import ToolId
 from retrieval.confidence import ConfidenceModel
 from retrieval.evaluate import Query
-from retrieval.pipeline import Pipeline
+from retrieval.pipeline import Pipeline, Policy
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)
 
@@ -122,7 +122,8 @@ class FakeScorer:
 
 
 def pipeline(index, table, default=0.05) -> Pipeline:
-    return Pipeline(index, FakeScorer(table, default), confidence=LOGIT)
+    # the threshold is pinned: these tests are about the report, not the shipped default
+    return Pipeline(index, FakeScorer(table, default), confidence=LOGIT, policy=Policy(proceed_threshold=0.5))
 
 
 SURE = {QUERIES[0].query: {"get_shards": 0.9}, QUERIES[1].query: {"post_message": 0.9}}

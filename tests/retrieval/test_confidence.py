@@ -200,6 +200,8 @@ def test_list_calibration_refuses_parameters_that_would_reorder_a_list():
 
     with pytest.raises(ValueError, match="keep each list's order"):
         ListCalibration(a=0.5, b=-0.6)
+    with pytest.raises(ValueError, match="keep each list.s order"):
+        ListCalibration(a=-0.1, b=0.5)
     with pytest.raises(ValueError, match="keep each list's order"):
         ListCalibration(c=-0.1)
     with pytest.raises(ValueError, match="finite"):

@@ -62,7 +62,12 @@ class FakeScorer:
         return [self.probs.get(t.name, self.default) for t in tools]
 
 
+# Branch tests pin their own threshold; the shipped default (chosen on dev) may move.
+TEST_POLICY = Policy(proceed_threshold=0.5)
+
+
 def make(index, probs=None, default=LOW, **kwargs) -> Pipeline:
+    kwargs.setdefault("policy", TEST_POLICY)
     return Pipeline(index, FakeScorer(probs, default), confidence=LOGIT, **kwargs)
 
 
@@ -92,7 +97,8 @@ def test_probabilities_come_from_the_confidence_model(index):
 
 def test_retrieval_only_confidence_with_hand_set_weights(index):
     """No scorer: fused_rel is 1 for the top hit, so its probability is sigmoid(w + b)."""
-    pipe = Pipeline(index, None, confidence=ConfidenceModel(("fused_rel",), (10.0,), -9.0, (0.0,), (1.0,)))
+    pipe = Pipeline(index, None, confidence=ConfidenceModel(("fused_rel",), (10.0,), -9.0, (0.0,), (1.0,)),
+                    policy=TEST_POLICY)
     r = pipe.search("get shard allocation for an index")
     assert r.tools[0].tool_id == SHARDS
     assert r.best_probability == pytest.approx(1 / (1 + math.exp(-1.0)))
@@ -209,7 +215,7 @@ def test_server_mention_floor_goes_to_the_named_server(index):
 
 def test_server_mention_policy_floor(index):
     pipe = make(index)
-    r = pipe.search("use github to list the open items", policy=Policy(server_mention_confidence=0.5))
+    r = pipe.search("use github to list the open items", policy=Policy(server_mention_confidence=0.5, proceed_threshold=0.5))
     assert r.tools[0].probability == pytest.approx(0.5) and r.decision == "proceed"
 
 
@@ -343,7 +349,7 @@ def test_tenant_policy_changes_the_decision(index):
     assert pipe.search("post a message").decision == "proceed"
     strict = pipe.search("post a message", policy=Policy(proceed_threshold=0.6))
     assert strict.decision == "search_again" and "0.6" in strict.message
-    assert pipe.policy == Policy()                           # the pipeline's own policy is untouched
+    assert pipe.policy == TEST_POLICY                        # the pipeline's own policy is untouched
     assert pipe.search("post a message").decision == "proceed"
     lenient = make(index, {"post_message": 0.5}, policy=Policy(proceed_threshold=0.6))
     assert lenient.search("post a message", policy=Policy(proceed_threshold=0.4)).decision == "proceed"
@@ -544,7 +550,7 @@ def test_explanations(index):
     assert {"shard", "index"} <= {w[:5] for w in top["matched_terms"]}
     assert not {"for", "an"} & set(top["matched_terms"])       # stopwords never "match"
     assert top["fused_rank"] == 1 and top["bm25_rank"] == 1
-    assert str(Policy().proceed_threshold) in top["reason"]                                # the threshold that decided
+    assert str(TEST_POLICY.proceed_threshold) in top["reason"]     # the threshold that decided
     json.dumps(result_to_dict(r))                                # plain JSON
 
 

@@ -149,3 +149,12 @@ def test_list_calibration_calibrates_the_best_candidate_without_reordering():
         assert list(np.argsort(-first.probabilities_from_features(f), kind="stable")) == \
                list(np.argsort(-both.probabilities_from_features(f), kind="stable"))
     assert ConfidenceModel.from_dict(both.to_dict()) == both
+
+
+def test_collected_subset_keeps_only_the_named_modes(index):
+    col = collect(index, QUERIES, FakeScorer(), show_progress=False)
+    sub = col.subset(("request", "need"))
+    assert sub.modes == ["request", "need"] * len(QUERIES)
+    kept = [g for g, m in enumerate(col.modes) if m != "abstain"]
+    assert all(np.array_equal(a, col.labels[g]) for a, g in zip(sub.labels, kept))
+    assert col.subset(()).modes == []
