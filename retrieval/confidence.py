@@ -78,11 +78,16 @@ class ListCalibration:
         if self.a <= 0 or self.a + self.b <= 0 or self.c < 0:
             raise ValueError(f"list calibration must keep each list's order (a > 0, a + b > 0, c >= 0), got {self}")
 
+    @staticmethod
+    def terms(s: np.ndarray) -> np.ndarray:
+        """One row per candidate: ``[s, s - max s, s is the best]`` (what a, b, c multiply)."""
+        top = s.max() if len(s) else 0.0
+        return np.stack([s, s - top, (s == top).astype(np.float64)], axis=1)
+
     def apply(self, s: np.ndarray) -> np.ndarray:
         if not len(s):
             return s
-        top = s.max()
-        return self.a * s + self.b * (s - top) + self.c * (s == top) + self.d
+        return self.terms(s) @ np.array([self.a, self.b, self.c]) + self.d
 
 
 @dataclass(frozen=True)

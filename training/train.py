@@ -56,6 +56,13 @@ def init_model_dir(layers: int, out: Path, pooling: str = "mean") -> Path:
     return out
 
 
+def write_run_record(final: Path, args: argparse.Namespace, n_pairs: int, t0: float) -> None:
+    """``train_args.json`` beside the saved model: how it was made (export copies it into the config)."""
+    record = {**{k: str(v) for k, v in vars(args).items()}, "n_pairs": n_pairs, "seconds": time.time() - t0}
+    (final / "train_args.json").write_text(json.dumps(record, indent=1))
+    log.info("saved %s after %.0fs", final, time.time() - t0)
+
+
 def example_questions(catalog, split: dict[str, str], per_tool: int, seed: int) -> list[dict]:
     """Example requests of train-server tools used as extra training questions (no need line).
 
@@ -208,9 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.train()
     final = a.out / "final"
     model.save_pretrained(str(final))
-    (final / "train_args.json").write_text(json.dumps({**{k: str(v) for k, v in vars(a).items()},
-                                                        "n_pairs": len(rows), "seconds": time.time() - t0}, indent=1))
-    log.info("saved %s after %.0fs", final, time.time() - t0)
+    write_run_record(final, a, len(rows), t0)
     return 0
 
 

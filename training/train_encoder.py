@@ -13,7 +13,6 @@ No dev or test server's tool or question is ever seen.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
@@ -28,6 +27,7 @@ DATA = Path(__file__).resolve().parent / "data"
 def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: int = 13) -> list[dict]:
     """(anchor, positive card, tool key) rows from train servers only."""
     from retrieval.catalog import ToolId, load_default_catalog
+    from retrieval.index import ToolIndex
     from retrieval.text import tool_passages
 
     from .pairs import load_jsonl, load_split
@@ -40,9 +40,8 @@ def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: 
         if split.get(q["server"]) != "train":
             continue
         tool = cat[ToolId(q["server"], q["tool"])]
-        anchor = q["query"]
-        if q.get("need") and rng.random() < need_rate:
-            anchor = f"{anchor}\n{q['need']}"  # the same query text the index embeds (ToolIndex.query_text)
+        need = q["need"] if q.get("need") and rng.random() < need_rate else None
+        anchor = ToolIndex.query_text(q["query"], need)  # the query text the index embeds
         rows.append({"anchor": anchor, "positive": tool_passages(tool, with_examples=False)[0], "key": str(tool.id)})
     for tool in cat.tools:
         if split.get(tool.server) != "train":
@@ -76,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from sentence_transformers.losses import MultipleNegativesRankingLoss
     from sentence_transformers.training_args import BatchSamplers
 
+    from .train import write_run_record
+
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     t0 = time.time()
@@ -95,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.train()
     final = a.out / "final"
     model.save(str(final))
-    (final / "train_args.json").write_text(json.dumps({**{k: str(v) for k, v in vars(a).items()},
-                                                        "n_pairs": len(rows), "seconds": time.time() - t0}, indent=1))
-    log.info("saved %s after %.0fs", final, time.time() - t0)
+    write_run_record(final, a, len(rows), t0)
     return 0
 
 
