@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 queries = random.Random(0).sample(queries, sample)
 
             def reranker(request, need, hits, eligible, pipe=pipe):
-                return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top)]
+                return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top, eligible)]
 
             out = evaluate(index, queries, stages=["bm25", "dense", "hybrid", "scorer"], use_need=use_need,
                            org_size=org, seed=0, reranker=reranker, show_progress=True)

@@ -120,7 +120,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     reranker = None
     if "scorer" in stages:
         def reranker(request, need, hits, eligible):
-            return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top)]
+            return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top, eligible)]
     report = evaluate(index, queries, stages=stages, use_need=a.use_need, org_size=a.org_size, seed=a.seed,
                       reranker=reranker, show_progress=not a.json)
     if a.abstain:

@@ -20,7 +20,7 @@ import numpy as np
 from .always_available import AlwaysAvailable
 from .bm25 import tokenize
 from .catalog import Tool, ToolId
-from .confidence import ConfidenceModel, default_confidence_path
+from .confidence import ConfidenceModel, combiner_file, default_confidence_path
 from .definitions import build_definitions
 from .eligibility import Eligibility
 from .exact_names import ExactNameMatcher
@@ -96,8 +96,9 @@ class Pipeline:
         if unknown:
             log.warning("always-available tools not in the catalog are ignored: %s", unknown)
         self.public_index = public_index
+        self._confidence_given = confidence is not None
         if confidence is None:
-            confidence = self._default_confidence(scorer)
+            confidence = self._default_confidence(scorer, index.with_examples)
         if confidence.uses_logit and scorer is None:
             raise ValueError("this confidence model needs a scorer's logits; pass scorer= or a retrieval-only model")
         self.confidence = confidence
@@ -111,16 +112,21 @@ class Pipeline:
     def with_index(self, index: ToolIndex) -> "Pipeline":
         """The same scorer, policy, shortcuts and public index over another index version."""
         return Pipeline(index, self.scorer, policy=self.policy, always_available=self.always_available,
-                        public_index=self.public_index, confidence=self.confidence, token_counter=self.tokens)
+                        public_index=self.public_index, token_counter=self.tokens,
+                        confidence=self.confidence if self._confidence_given else None)
 
     @staticmethod
-    def _default_confidence(scorer: "Scorer | None") -> ConfidenceModel:
+    def _default_confidence(scorer: "Scorer | None", with_examples: bool = True) -> ConfidenceModel:
+        """The confidence model fitted for this kind of index (with or without example
+        requests), falling back to the with-examples one where the other was not fitted."""
         path = getattr(scorer, "path", None)
-        if scorer is not None and path is not None and (Path(path) / "combiner.json").exists():
-            return ConfidenceModel.load(Path(path) / "combiner.json")
-        if scorer is not None:
+        if scorer is not None and path is not None:
+            for name in dict.fromkeys((combiner_file(with_examples), combiner_file(True))):
+                if (Path(path) / name).exists():
+                    return ConfidenceModel.load(Path(path) / name)
             log.warning("scorer at %s has no combiner.json: using retrieval-only confidence", path)
-        return ConfidenceModel.load(default_confidence_path())
+        own = default_confidence_path(with_examples)
+        return ConfidenceModel.load(own if own.exists() else default_confidence_path())
 
     def _refresh_matchers(self) -> None:
         """Name matchers follow catalog updates (cheap to rebuild)."""
@@ -130,11 +136,21 @@ class Pipeline:
             catalog = self.index.catalog
             self._mentions = ServerMentionMatcher(catalog.servers)
             self._exact = ExactNameMatcher([t.id for t in catalog.tools])
+            self._named = self._registry_matcher(catalog.servers, self._mentions)
             self._catalog_tokens.clear()
             self._scoped.clear()
             self._matchers_version = self.index.version
 
-    def _matchers(self, eligible: Eligibility) -> tuple[ServerMentionMatcher, ExactNameMatcher]:
+    def _registry_matcher(self, eligible_servers: Sequence[str],
+                          eligible_matcher: ServerMentionMatcher) -> ServerMentionMatcher:
+        """Names the request may mention to count against other servers' tools: the eligible
+        servers and the public registry's, never a hidden private server."""
+        public = self.public_index.catalog.servers if self.public_index is not None else []
+        known = set(eligible_servers)
+        extra = [p for p in public if p not in known]
+        return ServerMentionMatcher(list(eligible_servers) + extra) if extra else eligible_matcher
+
+    def _matchers(self, eligible: Eligibility) -> tuple[ServerMentionMatcher, ExactNameMatcher, ServerMentionMatcher]:
         """Name matchers over the eligible servers and tools only.
 
         Matching prefers the longest name and refuses ambiguous typos, so a hidden name
@@ -144,14 +160,16 @@ class Pipeline:
         """
         self._refresh_matchers()
         if eligible.unrestricted:
-            return self._mentions, self._exact
+            return self._mentions, self._exact, self._named
         key = (eligible.servers, eligible.tools)
         with self._lock:
             found = self._scoped.get(key)
             if found is None:
                 catalog = self.index.catalog
-                found = (ServerMentionMatcher([s for s in catalog.servers if eligible.allows_server(s)]),
-                         ExactNameMatcher([t.id for t in catalog.tools if eligible.allows(t.id)]))
+                servers = [s for s in catalog.servers if eligible.allows_server(s)]
+                mentions = ServerMentionMatcher(servers)
+                found = (mentions, ExactNameMatcher([t.id for t in catalog.tools if eligible.allows(t.id)]),
+                         self._registry_matcher(servers, mentions))
                 self._scoped[key] = found
                 if len(self._scoped) > 256:  # tenants are few; bound it anyway
                     self._scoped.pop(next(iter(self._scoped)))
@@ -159,9 +177,14 @@ class Pipeline:
 
     # ------------------------------------------------------------------ scoring
 
+    def named_servers(self, request: str, eligible: Eligibility | None = None) -> list[str]:
+        """Servers ``request`` names explicitly, among the eligible ones and the public registry's."""
+        return self._matchers(eligible or Eligibility())[2].find(request)
+
     def probabilities(self, request: str, need: str | None, hits: Sequence[Hit],
-                      score_top: int | None = None) -> np.ndarray:
-        """Calibrated P(the tool itself does what was asked) for each hit of one ranked list."""
+                      score_top: int | None = None, eligible: Eligibility | None = None) -> np.ndarray:
+        """Calibrated P(the tool itself does what was asked) for each hit of one ranked list
+        (retrieved under ``eligible``, which bounds the server names that count)."""
         if not hits:
             return np.zeros(0)
         logits = None
@@ -171,12 +194,12 @@ class Pipeline:
             scored = np.asarray(self.scorer.logits(request, need, tools), dtype=np.float64)
             logits = np.full(len(hits), scored.min() if len(scored) else 0.0)
             logits[:n] = scored
-        return self.confidence.probabilities(hits, logits)
+        return self.confidence.probabilities(hits, logits, self.named_servers(request, eligible))
 
     def rank(self, request: str, need: str | None, hits: Sequence[Hit],
-             score_top: int | None = None) -> list[tuple[ToolId, float]]:
+             score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
         """Hits re-ordered by probability, best first (ties keep retrieval order)."""
-        p = self.probabilities(request, need, hits, score_top)
+        p = self.probabilities(request, need, hits, score_top, eligible)
         order = np.argsort(-p, kind="stable")
         return [(hits[i].tool_id, float(p[i])) for i in order]
 
@@ -228,7 +251,7 @@ class Pipeline:
         eligible = eligible or Eligibility()
         attempt = 1 if previous is None else min(int(getattr(previous, "attempt", 1)) + 1, 2)
         max_results = k or policy.max_results
-        mentions, exact_names = self._matchers(eligible)
+        mentions, exact_names, registry_names = self._matchers(eligible)
         catalog = self.index.catalog
 
         # Shortcuts. Each matches the eligible catalog only: an ineligible server or tool
@@ -244,7 +267,9 @@ class Pipeline:
             if tid not in row_of:
                 row_of[tid] = len(hits)
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
-        probs = self.probabilities(request, need, hits, policy.score_top)
+        probs = self.probabilities(request, need, hits, policy.score_top, eligible)
+        # Named but not connected: only public registry servers can be here.
+        absent = [s for s in registry_names.find(request) if not eligible.allows_server(s)]
 
         source: dict[ToolId, str] = {}
         for tid in exact:
@@ -296,11 +321,11 @@ class Pipeline:
             expl = self._explain(hit_of.get(tid), catalog[tid], p, src, decision, policy, query_terms) if explain else None
             tools_out.append(ScoredTool(tid, p, rank, src, defn, expl))
 
-        suggestions = self._suggest(request, need, eligible, policy) if decision == "no_fit" else []
+        suggestions = self._suggest(request, need, eligible, policy, absent) if decision == "no_fit" else []
         result = SearchResult(
             decision=decision, tools=tools_out, best_probability=float(best), attempt=attempt,
             tokens=self._token_report(selected_tools, eligible, fmt),
-            message=self._message(decision, best, policy, mentioned, suggestions),
+            message=self._message(decision, best, policy, mentioned, suggestions, absent),
             suggestions=suggestions, restricted_to=mentioned,
         )
         log.debug("search: %s best=%.3f attempt=%d in %.1f ms", decision, best, attempt, (time.perf_counter() - t0) * 1e3)
@@ -345,11 +370,13 @@ class Pipeline:
         out["reason"] = reasons[src]
         return out
 
-    def _suggest(self, request: str, need: str | None, eligible: Eligibility, policy: Policy) -> list[str]:
-        """Public servers (never a tenant's private ones) that would most likely answer."""
+    def _suggest(self, request: str, need: str | None, eligible: Eligibility, policy: Policy,
+                 named: Sequence[str] = ()) -> list[str]:
+        """Public servers (never a tenant's private ones) that would most likely answer: first
+        those the request names (``named``: public, not connected), then by retrieval."""
         if self.public_index is None:
             return []
-        out: list[str] = []
+        out: list[str] = list(named)[: policy.suggestions]
         for h in self.public_index.retrieve(request, need, None, k=50):
             if len(out) >= policy.suggestions:  # checked first: suggestions=0 means none
                 break
@@ -359,15 +386,19 @@ class Pipeline:
         return out
 
     @staticmethod
-    def _message(decision: str, best: float, policy: Policy, mentioned: list[str], suggestions: list[str]) -> str:
+    def _message(decision: str, best: float, policy: Policy, mentioned: list[str], suggestions: list[str],
+                 absent: Sequence[str] = ()) -> str:
         scope = f" (restricted to {', '.join(mentioned)}, as the request names it)" if mentioned else ""
+        if absent and decision != "proceed":
+            scope += f"; the request names {', '.join(absent)}, which is not connected"
         if decision == "proceed":
             return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
         if decision == "search_again":
             return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
                     "Search again with a more specific need, passing this result as `previous`.")
+        named = f" The request names {', '.join(absent)}, which is not connected." if absent else ""
         tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
-        return f"No connected tool fits this request (best {best:.2f} after two searches).{tail}"
+        return f"No connected tool fits this request (best {best:.2f} after two searches).{named}{tail}"
 
 
 def load_pipeline(index_dir: str | Path | ToolIndex | None = None,

@@ -2,6 +2,7 @@
 
     python -m training.calibrate --model models/toolrank-ce-l3      # writes <model>/combiner.json
     python -m training.calibrate --retrieval-only                   # writes retrieval/data/retrieval_confidence.json
+    python -m training.calibrate --model ... --no-examples          # for indexes without example requests
 
 Dev questions are scored three ways: the request alone, the request with its need, and
 the request alone with the labelled server and every acceptable alternative's server made
@@ -34,10 +35,11 @@ import numpy as np
 
 from retrieval.catalog import ToolId
 from retrieval.confidence import (FEATURES, RETRIEVAL_FEATURES, ConfidenceModel, ListCalibration, candidate_features,
-                                  default_confidence_path)
+                                  combiner_file, default_confidence_path)
 from retrieval.eligibility import Eligibility
 from retrieval.evaluate import Query, load_queries
 from retrieval.index import ToolIndex
+from retrieval.server_mentions import ServerMentionMatcher
 
 log = logging.getLogger("toolrank.calibrate")
 DATA = Path(__file__).resolve().parent / "data"
@@ -85,6 +87,8 @@ MODES = ("request", "need", "abstain")
 def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,
             modes: tuple[str, ...] = MODES, show_progress: bool = True) -> Collected:
     out = Collected()
+    # The shipped catalog is the public registry here, as in the pipeline's default set-up.
+    registry = ServerMentionMatcher(index.catalog.servers)
     it = queries
     if show_progress:
         from tqdm import tqdm
@@ -100,7 +104,7 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
             if scorer is not None:
                 logits = scorer.logits(q.query, need, [index.catalog[h.tool_id] for h in hits])
             y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
-            out.add(candidate_features(hits, logits), y, mode)
+            out.add(candidate_features(hits, logits, registry.find(q.query)), y, mode)
     return out
 
 
@@ -156,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="only the first N questions (a smoke run)")
     p.add_argument("--modes", default="request,need,abstain",
                    help="lists the first stage is fitted on: request, need, abstain (comma-separated)")
+    p.add_argument("--no-examples", action="store_true",
+                   help="fit for an index without example requests (writes combiner-noex.json / "
+                        "retrieval_confidence-noex.json)")
     p.add_argument("--calibrate-on", default="request,need",
                    help="lists the second stage (list calibration) is fitted on; 'none' to skip it")
     a = p.parse_args(argv)
@@ -165,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from retrieval.default_index import load_or_build_default
 
-    index = load_or_build_default()
+    index = load_or_build_default(with_examples=not a.no_examples, show_progress=True)
     queries = load_queries(a.queries, split=a.split)[: a.limit or None]
     scorer = None
     if a.model:
@@ -174,12 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     col = collect(index, queries, scorer, modes=modes)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
-    model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes {sorted(set(col.modes))}")
+    kind = "without" if a.no_examples else "with"
+    model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes "
+                                                         f"{sorted(set(col.modes))}, index {kind} example requests")
     if cal_modes:
         model = replace(model, list_calibration=fit_list_calibration(model, col.subset(cal_modes)))
-    out = (a.model / "combiner.json") if a.model else default_confidence_path()
+    out = (a.model / combiner_file(not a.no_examples)) if a.model else default_confidence_path(not a.no_examples)
     model.save(out)
-    if scorer is not None:
+    if scorer is not None and not a.no_examples:
         # The scorer's own calibration, for pairs scored without retrieval evidence (/v1/score).
         from scorer.calibration import fit_platt
 

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     from retrieval.pipeline import load_pipeline
 
-    pipe = load_pipeline(model_dir=a.model or None, public_suggestions=False)
+    pipe = load_pipeline(model_dir=a.model or None)  # with the public registry, as deployed
     fit, none = best_probabilities(pipe, load_queries(DATA / "questions.jsonl", split=a.split))
     rows = []
     for t in np.round(np.arange(0.05, 0.96, 0.05), 2):

@@ -1,0 +1,150 @@
+"""A request that names a server counts against other servers' tools (``named_other``),
+names only count from the public registry and the tenant's eligible servers, and the
+pipeline picks the confidence model fitted for its kind of index."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from retrieval.catalog import Tool, ToolId
+from retrieval.confidence import ConfidenceModel, candidate_features, combiner_file
+from retrieval.eligibility import Eligibility
+from retrieval.hits import Hit
+from retrieval.index import ToolIndex
+from retrieval.pipeline import Pipeline, Policy
+from retrieval.serialize import result_to_dict
+
+from fakes import tiny_catalog
+
+PENALTY = 4.0
+# p = sigmoid(logit - PENALTY * named_other)
+NAMED = ConfidenceModel(("logit", "named_other"), (1.0, -PENALTY), 0.0, (0.0, 0.0), (1.0, 1.0))
+PRIVATE = "Vault Weather"
+REQUEST = "open an issue on GitHub about the broken weather alerts"
+
+
+def sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+class FakeScorer:
+    info = {"name": "fake", "version": 1}
+
+    def __init__(self, probs: dict[str, float], default: float = 0.3, path=None):
+        self.probs, self.default, self.path = probs, default, path
+
+    def logits(self, request, need, tools):
+        return np.array([logit(self.probs.get(t.name, self.default)) for t in tools])
+
+
+@pytest.fixture
+def deployment(encoder):
+    public = ToolIndex.build(tiny_catalog(), encoder=encoder)
+    deployed = ToolIndex.build(tiny_catalog(), encoder=encoder)
+    deployed.upsert_server(PRIVATE, "Private weather data", [
+        Tool(PRIVATE, "vault_alerts", "Severe weather alerts for a region from the vault")])
+    return deployed, public
+
+
+def make(index, public, probs=None) -> Pipeline:
+    return Pipeline(index, FakeScorer(probs or {"get_alerts": 0.9, "create_issue": 0.9}), confidence=NAMED,
+                    public_index=public, policy=Policy(proceed_threshold=0.5))
+
+
+def test_candidate_features_named_other_by_hand():
+    hits = [Hit(ToolId("GitHub", "create_issue"), 1, 1.0), Hit(ToolId("Slack", "post_message"), 2, 0.5)]
+    assert list(candidate_features(hits, named_servers=["GitHub"])["named_other"]) == [0.0, 1.0]
+    assert list(candidate_features(hits, named_servers=["Jira"])["named_other"]) == [1.0, 1.0]
+    assert list(candidate_features(hits)["named_other"]) == [0.0, 0.0]     # names nothing: no evidence
+
+
+def test_naming_a_public_server_that_is_not_connected(deployment):
+    deployed, public = deployment
+    pipe = make(deployed, public)
+    eligible = Eligibility.of(servers=["Weather", "Slack"])
+    assert pipe.named_servers(REQUEST, eligible) == ["GitHub"]
+    first = pipe.search(REQUEST, eligible=eligible)
+    # every eligible tool is another server's: each loses PENALTY in the logit
+    assert first.best_probability == pytest.approx(sigmoid(logit(0.9) - PENALTY))
+    assert first.decision == "search_again"
+    assert "names GitHub, which is not connected" in first.message
+    final = pipe.search(REQUEST, eligible=eligible, previous=first)
+    assert final.decision == "no_fit"
+    assert final.suggestions[0] == "GitHub"
+    assert "GitHub" in final.message
+
+
+def test_naming_a_connected_server_costs_its_tools_nothing(deployment):
+    deployed, public = deployment
+    pipe = make(deployed, public)
+    r = pipe.search(REQUEST, eligible=Eligibility.of(servers=["GitHub", "Weather"]))
+    assert r.restricted_to == ["GitHub"]
+    assert r.tools[0].tool_id == ToolId("GitHub", "create_issue")
+    assert r.tools[0].probability == pytest.approx(0.95)  # the mention floor, and above it sigmoid(logit(0.9))
+    assert r.decision == "proceed"
+
+
+def test_an_unnamed_request_is_untouched(deployment):
+    deployed, public = deployment
+    pipe = make(deployed, public)
+    r = pipe.search("severe weather alerts for a region", eligible=Eligibility.of(servers=["Weather"]))
+    assert r.best_probability == pytest.approx(0.9)
+
+
+def test_a_hidden_private_server_name_never_counts(deployment):
+    deployed, public = deployment
+    pipe = make(deployed, public)
+    eligible = Eligibility.of(servers=["Weather"])
+    request = "use vault weather to get severe weather alerts"
+    assert pipe.named_servers(request, eligible) == []
+    r = pipe.search(request, eligible=eligible)
+    assert r.best_probability == pytest.approx(0.9)
+    assert "vault" not in json.dumps(result_to_dict(r)).lower()
+
+
+def test_the_tenants_own_private_server_counts(deployment):
+    deployed, public = deployment
+    pipe = make(deployed, public)
+    eligible = Eligibility.of(servers=["Weather", PRIVATE])
+    assert pipe.named_servers("use vault weather to get severe weather alerts", eligible) == [PRIVATE]
+
+
+def test_without_a_public_registry_only_eligible_names_count(deployment):
+    deployed, _ = deployment
+    pipe = make(deployed, None)
+    assert pipe.named_servers(REQUEST, Eligibility.of(servers=["Weather"])) == []
+    assert pipe.named_servers(REQUEST, Eligibility()) == ["GitHub"]
+
+
+# ------------------------------------------------------------------ which confidence model
+
+
+def _model_dir(tmp_path, with_noex: bool):
+    for name, bias in ((combiner_file(True), 1.0), (combiner_file(False), -1.0))[: 2 if with_noex else 1]:
+        ConfidenceModel(("logit",), (1.0,), bias, (0.0,), (1.0,)).save(tmp_path / name)
+    return tmp_path
+
+
+def test_pipeline_picks_the_combiner_for_its_kind_of_index(tmp_path, encoder):
+    scorer = FakeScorer({}, path=_model_dir(tmp_path, with_noex=True))
+    ex = ToolIndex.build(tiny_catalog(), encoder=encoder)
+    noex = ToolIndex.build(tiny_catalog(), encoder=encoder, with_examples=False)
+    assert Pipeline(ex, scorer).confidence.bias == 1.0
+    assert Pipeline(noex, scorer).confidence.bias == -1.0
+    assert Pipeline(noex, scorer).with_index(ex).confidence.bias == 1.0   # re-picked for the new index
+    given = ConfidenceModel(("logit",), (1.0,), 5.0, (0.0,), (1.0,))
+    assert Pipeline(noex, scorer, confidence=given).with_index(ex).confidence.bias == 5.0  # a given one stays
+
+
+def test_noex_falls_back_to_the_with_examples_combiner(tmp_path, encoder):
+    scorer = FakeScorer({}, path=_model_dir(tmp_path, with_noex=False))
+    noex = ToolIndex.build(tiny_catalog(), encoder=encoder, with_examples=False)
+    assert Pipeline(noex, scorer).confidence.bias == 1.0
