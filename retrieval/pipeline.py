@@ -269,7 +269,8 @@ class Pipeline:
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
         probs = self.probabilities(request, need, hits, policy.score_top, eligible)
         # Named but not connected: only public registry servers can be here.
-        absent = [s for s in registry_names.find(request) if not eligible.allows_server(s)]
+        named = registry_names.find(request)
+        absent = [s for s in named if not eligible.allows_server(s)]
 
         source: dict[ToolId, str] = {}
         for tid in exact:
@@ -318,7 +319,8 @@ class Pipeline:
         query_terms = set(tokenize([self.index.query_text(request, need)])[0]) if explain else set()
         tools_out = []
         for rank, ((tid, p, src), defn) in enumerate(zip(chosen, defs.definitions), 1):
-            expl = self._explain(hit_of.get(tid), catalog[tid], p, src, decision, policy, query_terms) if explain else None
+            expl = (self._explain(hit_of.get(tid), catalog[tid], p, src, decision, policy, query_terms, named)
+                    if explain else None)
             tools_out.append(ScoredTool(tid, p, rank, src, defn, expl))
 
         suggestions = self._suggest(request, need, eligible, policy, absent) if decision == "no_fit" else []
@@ -347,7 +349,7 @@ class Pipeline:
         return TokenReport(selected_tokens, total, self.tokens.encoding)
 
     def _explain(self, hit: Hit | None, tool: Tool, p: float, src: str, decision: str, policy: Policy,
-                 query_terms: set[str]) -> dict[str, Any]:
+                 query_terms: set[str], named: Sequence[str] = ()) -> dict[str, Any]:
         doc_terms = set(tokenize([tool_document(tool, with_examples=self.index.with_examples)])[0])
         out: dict[str, Any] = {
             "probability": round(p, 4),
@@ -368,6 +370,8 @@ class Pipeline:
                       f"(proceed at >= {policy.proceed_threshold}, list floor {policy.floor})",
         }
         out["reason"] = reasons[src]
+        if named and tool.server not in named:  # names are public or the tenant's own
+            out["reason"] += f"; lowered: the request names {', '.join(named)}, not this tool's server"
         return out
 
     def _suggest(self, request: str, need: str | None, eligible: Eligibility, policy: Policy,

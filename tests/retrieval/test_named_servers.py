@@ -148,3 +148,12 @@ def test_noex_falls_back_to_the_with_examples_combiner(tmp_path, encoder):
     scorer = FakeScorer({}, path=_model_dir(tmp_path, with_noex=False))
     noex = ToolIndex.build(tiny_catalog(), encoder=encoder, with_examples=False)
     assert Pipeline(noex, scorer).confidence.bias == 1.0
+
+
+def test_explanation_says_why_a_named_other_server_lowered_the_tool(deployment):
+    deployed, public = deployment
+    pipe = make(deployed, public)
+    r = pipe.search(REQUEST, eligible=Eligibility.of(servers=["Weather", "Slack"]), explain=True)
+    assert all("the request names GitHub, not this tool's server" in t.explanation["reason"] for t in r.tools)
+    plain = pipe.search("severe weather alerts for a region", eligible=Eligibility.of(servers=["Weather"]), explain=True)
+    assert all("lowered" not in t.explanation["reason"] for t in plain.tools)
