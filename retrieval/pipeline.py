@@ -394,13 +394,14 @@ class Pipeline:
                  absent: Sequence[str] = ()) -> str:
         scope = f" (restricted to {', '.join(mentioned)}, as the request names it)" if mentioned else ""
         if absent and decision != "proceed":
-            scope += f"; the request names {', '.join(absent)}, which is not connected"
+            scope += f"; the request names {', '.join(absent)}, {'which are' if len(absent) > 1 else 'which is'} not connected"
         if decision == "proceed":
             return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
         if decision == "search_again":
             return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
                     "Search again with a more specific need, passing this result as `previous`.")
-        named = f" The request names {', '.join(absent)}, which is not connected." if absent else ""
+        verb = "which are" if len(absent) > 1 else "which is"
+        named = f" The request names {', '.join(absent)}, {verb} not connected." if absent else ""
         tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
         return f"No connected tool fits this request (best {best:.2f} after two searches).{named}{tail}"
 
