@@ -185,6 +185,10 @@ class Pipeline:
                       score_top: int | None = None, eligible: Eligibility | None = None) -> np.ndarray:
         """Calibrated P(the tool itself does what was asked) for each hit of one ranked list
         (retrieved under ``eligible``, which bounds the server names that count)."""
+        return self._probabilities(request, need, hits, score_top, self.named_servers(request, eligible))
+
+    def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
+                       named: Sequence[str]) -> np.ndarray:
         if not hits:
             return np.zeros(0)
         logits = None
@@ -194,7 +198,7 @@ class Pipeline:
             scored = np.asarray(self.scorer.logits(request, need, tools), dtype=np.float64)
             logits = np.full(len(hits), scored.min() if len(scored) else 0.0)
             logits[:n] = scored
-        return self.confidence.probabilities(hits, logits, self.named_servers(request, eligible))
+        return self.confidence.probabilities(hits, logits, named)
 
     def rank(self, request: str, need: str | None, hits: Sequence[Hit],
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
@@ -267,9 +271,9 @@ class Pipeline:
             if tid not in row_of:
                 row_of[tid] = len(hits)
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
-        probs = self.probabilities(request, need, hits, policy.score_top, eligible)
-        # Named but not connected: only public registry servers can be here.
         named = registry_names.find(request)
+        probs = self._probabilities(request, need, hits, policy.score_top, named)
+        # Named but not connected: only public registry servers can be here.
         absent = [s for s in named if not eligible.allows_server(s)]
 
         source: dict[ToolId, str] = {}
@@ -393,15 +397,16 @@ class Pipeline:
     def _message(decision: str, best: float, policy: Policy, mentioned: list[str], suggestions: list[str],
                  absent: Sequence[str] = ()) -> str:
         scope = f" (restricted to {', '.join(mentioned)}, as the request names it)" if mentioned else ""
-        if absent and decision != "proceed":
-            scope += f"; the request names {', '.join(absent)}, {'which are' if len(absent) > 1 else 'which is'} not connected"
+        not_connected = (f"the request names {', '.join(absent)}, "
+                         f"{'which are' if len(absent) > 1 else 'which is'} not connected") if absent else ""
+        if not_connected and decision != "proceed":
+            scope += f"; {not_connected}"
         if decision == "proceed":
             return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
         if decision == "search_again":
             return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
                     "Search again with a more specific need, passing this result as `previous`.")
-        verb = "which are" if len(absent) > 1 else "which is"
-        named = f" The request names {', '.join(absent)}, {verb} not connected." if absent else ""
+        named = f" {not_connected[0].upper()}{not_connected[1:]}." if not_connected else ""
         tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
         return f"No connected tool fits this request (best {best:.2f} after two searches).{named}{tail}"
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from typing import Sequence
 
 import numpy as np
 
-from retrieval.catalog import Catalog, Tool
+from retrieval.catalog import Catalog, Tool, ToolId
 
 
 class HashEncoder:
@@ -44,3 +45,28 @@ def tiny_catalog() -> Catalog:
         Tool("Weather", "get_alerts", "Severe weather alerts for a region", None, "Weather data"),
     ]
     return Catalog(tools)
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+class FakeScorer:
+    """Fixed probability per tool name (as a logit), whatever the request.
+
+    ``path``: where a real scorer's model folder would be (its combiner files), or None."""
+
+    info = {"name": "fake-scorer", "version": 3}
+
+    def __init__(self, probs: dict[str, float] | None = None, default: float = 0.01, path=None):
+        self.probs = dict(probs or {})
+        self.default = default
+        self.path = path
+        self.calls: list[tuple[str, str | None, list[ToolId]]] = []
+
+    def logits(self, request, need, tools) -> np.ndarray:
+        self.calls.append((request, need, [t.id for t in tools]))
+        return np.array([logit(self.probs.get(t.name, self.default)) for t in tools])
+
+    def score(self, request, need, tools) -> list[float]:
+        return [self.probs.get(t.name, self.default) for t in tools]

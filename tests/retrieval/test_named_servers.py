@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 
 from retrieval.catalog import Tool, ToolId
@@ -18,7 +17,7 @@ from retrieval.index import ToolIndex
 from retrieval.pipeline import Pipeline, Policy
 from retrieval.serialize import result_to_dict
 
-from fakes import tiny_catalog
+from fakes import FakeScorer, logit, tiny_catalog
 
 PENALTY = 4.0
 # p = sigmoid(logit - PENALTY * named_other)
@@ -31,20 +30,6 @@ def sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z))
 
 
-def logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
-
-
-class FakeScorer:
-    info = {"name": "fake", "version": 1}
-
-    def __init__(self, probs: dict[str, float], default: float = 0.3, path=None):
-        self.probs, self.default, self.path = probs, default, path
-
-    def logits(self, request, need, tools):
-        return np.array([logit(self.probs.get(t.name, self.default)) for t in tools])
-
-
 @pytest.fixture
 def deployment(encoder):
     public = ToolIndex.build(tiny_catalog(), encoder=encoder)
@@ -55,7 +40,7 @@ def deployment(encoder):
 
 
 def make(index, public, probs=None) -> Pipeline:
-    return Pipeline(index, FakeScorer(probs or {"get_alerts": 0.9, "create_issue": 0.9}), confidence=NAMED,
+    return Pipeline(index, FakeScorer(probs or {"get_alerts": 0.9, "create_issue": 0.9}, default=0.3), confidence=NAMED,
                     public_index=public, policy=Policy(proceed_threshold=0.5))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 
 from retrieval.always_available import AlwaysAvailable, AlwaysAvailableRule
@@ -24,7 +23,7 @@ from retrieval.serialize import result_to_dict, tool_to_dict
 from retrieval.text import tool_document
 from retrieval.tokens import TokenCounter
 
-from fakes import HashEncoder, tiny_catalog  # tests/ is on sys.path (tests/conftest.py)
+from fakes import FakeScorer, HashEncoder, logit, tiny_catalog  # tests/ is on sys.path (tests/conftest.py)
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)
 LOW = 0.01                                                           # default probability
@@ -37,29 +36,6 @@ POST = ToolId("Slack", "post_message")
 CHANNELS = ToolId("Slack", "list_channels")
 FORECAST = ToolId("Weather", "get_forecast")
 ALERTS = ToolId("Weather", "get_alerts")
-
-
-def logit(p: float) -> float:
-    return math.log(p / (1.0 - p))
-
-
-class FakeScorer:
-    """Fixed probability per tool name (as a logit), whatever the request."""
-
-    info = {"name": "fake-scorer", "version": 3}
-    path = None
-
-    def __init__(self, probs: dict[str, float] | None = None, default: float = LOW):
-        self.probs = dict(probs or {})
-        self.default = default
-        self.calls: list[tuple[str, str | None, list[ToolId]]] = []
-
-    def logits(self, request, need, tools) -> np.ndarray:
-        self.calls.append((request, need, [t.id for t in tools]))
-        return np.array([logit(self.probs.get(t.name, self.default)) for t in tools])
-
-    def score(self, request, need, tools) -> list[float]:
-        return [self.probs.get(t.name, self.default) for t in tools]
 
 
 # Branch tests pin their own threshold; the shipped default (chosen on dev) may move.
