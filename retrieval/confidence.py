@@ -21,6 +21,9 @@ names a server explicitly ("on Discord, edit message ...", "ServiceNow: delete w
 not connected were the most confident wrong answers when nothing fits (a Telegram tool
 for a Discord request); the names come from the public registry and the tenant's eligible
 servers only (see ``Pipeline.named_servers``), so a hidden server never counts.
+``mentions_server`` is its positive, looser twin: the candidate's server is named anywhere
+in the request, however casually ("send a slack msg", "create a linear ticket"); too weak
+to restrict a search, but users write platforms that way (same names, same privacy rule).
 
 The same class without a logit (``uses_logit=False``) gives a retrieval-only probability,
 so the pipeline decides sensibly even without a model.
@@ -42,15 +45,18 @@ __all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration
 
 MISSING_RANK = 201.0  # a candidate absent from one list sits just past its depth
 RETRIEVAL_FEATURES = ("log_fused_rank", "log_bm25_rank", "log_dense_rank", "dense_score", "dense_gap",
-                      "bm25_rel", "fused_rel", "named_other")
+                      "bm25_rel", "fused_rel", "named_other", "mentions_server")
 FEATURES = ("logit", "logit_gap") + RETRIEVAL_FEATURES
 
 
 def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,
-                       named_servers: Collection[str] = ()) -> dict[str, np.ndarray]:
+                       named_servers: Collection[str] = (),
+                       mentioned_servers: Collection[str] = ()) -> dict[str, np.ndarray]:
     """Per-candidate features of one ranked list (all relative ones are within this list).
 
     ``named_servers``: the servers the request names explicitly (empty when it names none).
+    ``mentioned_servers``: the servers whose name appears anywhere in it, however casually
+    ("send a slack msg"); see :meth:`ServerMentionMatcher.find` with ``loose=True``.
     """
     n = len(hits)
     f: dict[str, np.ndarray] = {}
@@ -68,6 +74,8 @@ def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,
     f["fused_rel"] = fused / fused.max() if n and fused.max() > 0 else np.zeros(n)
     named = set(named_servers)
     f["named_other"] = np.array([float(bool(named) and h.tool_id.server not in named) for h in hits])
+    mentioned = set(mentioned_servers)
+    f["mentions_server"] = np.array([float(h.tool_id.server in mentioned) for h in hits])
     if logits is not None:
         z = np.asarray(logits, dtype=np.float64)
         f["logit"] = z
@@ -150,10 +158,10 @@ class ConfidenceModel:
         return self.list_calibration.apply(s) if self.list_calibration is not None else s
 
     def probabilities(self, hits: Sequence[Hit], logits: np.ndarray | None = None,
-                      named_servers: Collection[str] = ()) -> np.ndarray:
+                      named_servers: Collection[str] = (), mentioned_servers: Collection[str] = ()) -> np.ndarray:
         if not len(hits):
             return np.zeros(0)
-        return self.probabilities_from_features(candidate_features(hits, logits, named_servers))
+        return self.probabilities_from_features(candidate_features(hits, logits, named_servers, mentioned_servers))
 
     def probabilities_from_features(self, feats: dict[str, np.ndarray]) -> np.ndarray:
         z = self.decision_values(feats)

@@ -177,18 +177,20 @@ class Pipeline:
 
     # ------------------------------------------------------------------ scoring
 
-    def named_servers(self, request: str, eligible: Eligibility | None = None) -> list[str]:
-        """Servers ``request`` names explicitly, among the eligible ones and the public registry's."""
-        return self._matchers(eligible or Eligibility())[2].find(request)
+    def named_servers(self, request: str, eligible: Eligibility | None = None, *, loose: bool = False) -> list[str]:
+        """Servers ``request`` names explicitly, among the eligible ones and the public registry's
+        (``loose``: also names written casually, "send a slack msg")."""
+        return self._matchers(eligible or Eligibility())[2].find(request, loose=loose)
 
     def probabilities(self, request: str, need: str | None, hits: Sequence[Hit],
                       score_top: int | None = None, eligible: Eligibility | None = None) -> np.ndarray:
         """Calibrated P(the tool itself does what was asked) for each hit of one ranked list
         (retrieved under ``eligible``, which bounds the server names that count)."""
-        return self._probabilities(request, need, hits, score_top, self.named_servers(request, eligible))
+        return self._probabilities(request, need, hits, score_top, self.named_servers(request, eligible),
+                                   self.named_servers(request, eligible, loose=True))
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
-                       named: Sequence[str]) -> np.ndarray:
+                       named: Sequence[str], mentioned: Sequence[str]) -> np.ndarray:
         if not hits:
             return np.zeros(0)
         logits = None
@@ -198,7 +200,7 @@ class Pipeline:
             scored = np.asarray(self.scorer.logits(request, need, tools), dtype=np.float64)
             logits = np.full(len(hits), scored.min() if len(scored) else 0.0)
             logits[:n] = scored
-        return self.confidence.probabilities(hits, logits, named)
+        return self.confidence.probabilities(hits, logits, named, mentioned)
 
     def rank(self, request: str, need: str | None, hits: Sequence[Hit],
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
@@ -272,7 +274,8 @@ class Pipeline:
                 row_of[tid] = len(hits)
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
         named = registry_names.find(request)
-        probs = self._probabilities(request, need, hits, policy.score_top, named)
+        casual = registry_names.find(request, loose=True)   # "send a slack msg": evidence, not a restriction
+        probs = self._probabilities(request, need, hits, policy.score_top, named, casual)
         # Named but not connected: only public registry servers can be here.
         absent = [s for s in named if not eligible.allows_server(s)]
 
@@ -323,8 +326,8 @@ class Pipeline:
         query_terms = set(tokenize([self.index.query_text(request, need)])[0]) if explain else set()
         tools_out = []
         for rank, ((tid, p, src), defn) in enumerate(zip(chosen, defs.definitions), 1):
-            expl = (self._explain(hit_of.get(tid), catalog[tid], p, src, decision, policy, query_terms, named)
-                    if explain else None)
+            expl = (self._explain(hit_of.get(tid), catalog[tid], p, src, decision, policy, query_terms, named,
+                                  casual) if explain else None)
             tools_out.append(ScoredTool(tid, p, rank, src, defn, expl))
 
         suggestions = self._suggest(request, need, eligible, policy, absent) if decision == "no_fit" else []
@@ -353,7 +356,7 @@ class Pipeline:
         return TokenReport(selected_tokens, total, self.tokens.encoding)
 
     def _explain(self, hit: Hit | None, tool: Tool, p: float, src: str, decision: str, policy: Policy,
-                 query_terms: set[str], named: Sequence[str] = ()) -> dict[str, Any]:
+                 query_terms: set[str], named: Sequence[str] = (), casual: Sequence[str] = ()) -> dict[str, Any]:
         doc_terms = set(tokenize([tool_document(tool, with_examples=self.index.with_examples)])[0])
         out: dict[str, Any] = {
             "probability": round(p, 4),
@@ -376,6 +379,8 @@ class Pipeline:
         out["reason"] = reasons[src]
         if named and tool.server not in named:  # names are public or the tenant's own
             out["reason"] += f"; lowered: the request names {', '.join(named)}, not this tool's server"
+        elif tool.server in casual and src == "ranked":
+            out["reason"] += f"; raised: the request mentions {tool.server}"
         return out
 
     def _suggest(self, request: str, need: str | None, eligible: Eligibility, policy: Policy,

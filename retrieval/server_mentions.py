@@ -401,11 +401,15 @@ class ServerMentionMatcher:
 
     # ------------------------------------------------------------------ matching
 
-    def find(self, request: str) -> list[str]:
+    def find(self, request: str, *, loose: bool = False) -> list[str]:
         """The catalog servers ``request`` names explicitly, in order of mention.
 
         Returns an empty list when no server is named. A mention of a shared base name
         ("slack") returns every server it names ("Slack", "Slack - nourl").
+
+        ``loose``: a distinctive or ambiguous name counts wherever it is written ("send a
+        slack msg", "create a linear ticket"), without a trigger word. Too weak to restrict a
+        search; used as evidence by the confidence model. Common names still need their form.
         """
         if not isinstance(request, str):
             raise ValueError(f"request must be a string, got {type(request).__name__}")
@@ -421,10 +425,10 @@ class ServerMentionMatcher:
                 i += 1                      # inside a compound such as "in-memory"
                 continue
             evidence = self._evidence(toks, seps, i, last_end)
-            hit = self._match_at(text, i, evidence)
+            hit = self._match_at(text, i, evidence, loose)
             if hit is None and toks[i] == "mcp" and i + 1 < len(toks) and _SUFFIX_JOIN_RE.fullmatch(seps[i + 1]):
                 ev = _Evidence(evidence.trigger, evidence.mention, evidence.at_start, True, evidence.bare)
-                hit = self._match_at(text, i + 1, ev)
+                hit = self._match_at(text, i + 1, ev, loose)
             if hit is None:
                 i += 1
                 continue
@@ -460,7 +464,8 @@ class ServerMentionMatcher:
         bare = i == 0 or not ws or trigger or toks[i - 1] in _BARE_BEFORE
         return _Evidence(trigger, mention, at_start, False, bare)
 
-    def _match_at(self, text: "_Text", i: int, ev: _Evidence) -> tuple[list[str], int] | None:
+    def _match_at(self, text: "_Text", i: int, ev: _Evidence,
+                  loose: bool = False) -> tuple[list[str], int] | None:
         """The longest name starting at token ``i``: ``None`` when there is none, else
         ``(servers, end)`` where ``servers`` is empty if the name is not written as a mention
         (its tokens are still consumed, so no shorter name inside it matches instead)."""
@@ -482,7 +487,7 @@ class ServerMentionMatcher:
             if alias is None:
                 continue
             literal = not fuzzy and text.span_is_literal(i, i + n, alias)
-            return self._accept(alias, text, i + n, ev, fuzzy or literal)
+            return self._accept(alias, text, i + n, ev, fuzzy or literal, loose)
         return None
 
     def _spelling_ok(self, alias: _Alias, words: tuple[str, ...]) -> bool:
@@ -503,7 +508,7 @@ class ServerMentionMatcher:
         return self._aliases[best[0]]
 
     def _accept(self, alias: _Alias, text: "_Text", end: int, ev: _Evidence,
-                as_distinctive: bool) -> tuple[list[str], int]:
+                as_distinctive: bool, loose: bool = False) -> tuple[list[str], int]:
         toks, seps = text.toks, text.seps
         n_tok = len(toks)
         # the name must not be the first half of a compound ("github-flavored", "github.com",
@@ -526,9 +531,9 @@ class ServerMentionMatcher:
         if tier == "common":
             ok = has_suffix
         elif tier == "ambiguous":
-            ok = has_suffix or lead or ((ev.trigger or ev.mention) and self._follow_ok(text, end))
+            ok = has_suffix or lead or loose or ((ev.trigger or ev.mention) and self._follow_ok(text, end))
         else:
-            ok = has_suffix or lead or ev.trigger or ev.mention
+            ok = has_suffix or lead or ev.trigger or ev.mention or loose
         if not ok:
             return [], end
         return list(alias.family if self._families else alias.servers), k

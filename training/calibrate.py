@@ -104,7 +104,8 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
             if scorer is not None:
                 logits = scorer.logits(q.query, need, [index.catalog[h.tool_id] for h in hits])
             y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
-            out.add(candidate_features(hits, logits, registry.find(q.query)), y, mode)
+            out.add(candidate_features(hits, logits, registry.find(q.query),
+                                       registry.find(q.query, loose=True)), y, mode)
     return out
 
 

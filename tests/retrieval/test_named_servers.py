@@ -142,3 +142,53 @@ def test_explanation_says_why_a_named_other_server_lowered_the_tool(deployment):
     assert all("the request names GitHub, not this tool's server" in t.explanation["reason"] for t in r.tools)
     plain = pipe.search("severe weather alerts for a region", eligible=Eligibility.of(servers=["Weather"]), explain=True)
     assert all("lowered" not in t.explanation["reason"] for t in plain.tools)
+
+
+# ------------------------------------------------------------------ casual mentions (mentions_server)
+
+BOOST = 3.0
+MENTIONS = ConfidenceModel(("logit", "mentions_server"), (1.0, BOOST), 0.0, (0.0, 0.0), (1.0, 1.0))
+
+
+def test_candidate_features_mentions_server_by_hand():
+    hits = [Hit(ToolId("GitHub", "create_issue"), 1, 1.0), Hit(ToolId("Slack", "post_message"), 2, 0.5)]
+    assert list(candidate_features(hits, mentioned_servers=["Slack"])["mentions_server"]) == [0.0, 1.0]
+    assert list(candidate_features(hits)["mentions_server"]) == [0.0, 0.0]
+
+
+def test_a_casual_mention_lifts_that_servers_tools(deployment):
+    deployed, public = deployment
+    pipe = Pipeline(deployed, FakeScorer({"post_message": 0.5, "create_issue": 0.6}, default=0.01),
+                    confidence=MENTIONS, public_index=public, policy=Policy(proceed_threshold=0.5))
+    request = "send a slack msg saying the issue is fixed"
+    assert pipe.named_servers(request) == []                       # not a restriction...
+    assert pipe.named_servers(request, loose=True) == ["Slack"]    # ...but evidence
+    r = pipe.search(request)
+    assert r.restricted_to == []
+    assert r.tools[0].tool_id == ToolId("Slack", "post_message")
+    assert r.tools[0].probability == pytest.approx(sigmoid(logit(0.5) + BOOST))
+    assert next(t for t in r.tools if t.tool_id.server == "GitHub").probability == pytest.approx(0.6)
+
+
+def test_a_hidden_server_mentioned_casually_never_counts(deployment):
+    deployed, public = deployment
+    pipe = Pipeline(deployed, FakeScorer({"vault_alerts": 0.4, "get_alerts": 0.4}, default=0.01),
+                    confidence=MENTIONS, public_index=public, policy=Policy(proceed_threshold=0.5))
+    eligible = Eligibility.of(servers=["Weather"])
+    request = "severe alerts from vault weather for my region"
+    assert pipe.named_servers(request, eligible, loose=True) == []
+    r = pipe.search(request, eligible=eligible)
+    assert r.best_probability == pytest.approx(0.4)
+    assert "vault" not in json.dumps(result_to_dict(r)).lower()
+    # the tenant that owns it gets the evidence
+    assert pipe.named_servers(request, Eligibility.of(servers=["Weather", PRIVATE]), loose=True) == [PRIVATE]
+
+
+def test_explanation_says_a_casual_mention_raised_the_tool(deployment):
+    deployed, public = deployment
+    pipe = Pipeline(deployed, FakeScorer({"post_message": 0.5}, default=0.01),
+                    confidence=MENTIONS, public_index=public, policy=Policy(proceed_threshold=0.5))
+    r = pipe.search("send a slack msg saying the issue is fixed", explain=True)
+    slack = [t for t in r.tools if t.tool_id.server == "Slack"]
+    assert slack and all("raised: the request mentions Slack" in t.explanation["reason"] for t in slack)
+    assert not any("raised" in t.explanation["reason"] for t in r.tools if t.tool_id.server != "Slack")

@@ -199,3 +199,33 @@ def test_families_can_be_turned_off():
     assert plain.find("use github to open an issue") == ["GitHub"]
     assert set(plain.find("list my buckets using AWS")) == {"AWS", "AWS - rishikavikondala"}
     assert plain.find("use the aws s3 tools") == ["AWS S3"]
+
+
+# ``loose``: evidence for the confidence model, never a restriction.
+LOOSE = [
+    ("send a slack msg to #general saying deploy done", {"Slack", "Slack - nourl"}),
+    ("create a linear ticket for the login crash", {"Linear", "Linear (Go)"}),
+    ("my github PRs that still need review", GITHUB),
+    ("post the summary on slack", {"Slack", "Slack - nourl"}),          # strict mentions stay found
+]
+
+
+@pytest.mark.parametrize("request_text, expected", LOOSE)
+def test_loose_mentions_find_casual_names(matcher, request_text, expected):
+    assert set(matcher.find(request_text, loose=True)) == expected
+
+
+def test_loose_is_a_superset_of_strict(matcher):
+    for request_text, _ in POSITIVE + LOOSE:
+        assert set(matcher.find(request_text)) <= set(matcher.find(request_text, loose=True))
+
+
+def test_loose_still_needs_the_strict_form_for_common_words(matcher):
+    # "time", "memory", "fetch" are ordinary words: written casually they name nothing
+    for request_text in ("what time is it in Tokyo?", "save this in memory for later", "fetch the latest prices"):
+        assert matcher.find(request_text, loose=True) == []
+    assert matcher.find("ask the time server what time it is", loose=True) == ["Time"]
+
+
+def test_casual_names_do_not_restrict(matcher):
+    assert matcher.find("send a slack msg to #general saying deploy done") == []
