@@ -176,6 +176,7 @@ def test_candidate_features_by_hand():
     np.testing.assert_allclose(f["log_dense_rank"], np.log([2, 1, MISSING_RANK]))
     np.testing.assert_allclose(f["fused_rel"], [1.0, 0.5, 0.2])
     np.testing.assert_allclose(f["bm25_rel"], [1.0, 0.0, 0.25])
+    np.testing.assert_allclose(f["bm25_over_5th"], [1.0, 0.0, 0.25])  # fewer than 5: over the last
     np.testing.assert_allclose(f["dense_score"], [0.8, 0.9, 0.8])   # missing -> the list's lowest
     np.testing.assert_allclose(f["dense_gap"], [-0.1, 0.0, -0.1])
     np.testing.assert_allclose(f["logit_gap"], [-2.0, 0.0, -4.0])
@@ -190,6 +191,17 @@ def test_candidate_features_all_zero_scores():
         f = candidate_features(h)
     assert f["fused_rel"].tolist() == [0.0] and f["bm25_rel"].tolist() == [0.0]
     assert f["dense_score"].tolist() == [0.0]
+    assert f["bm25_over_5th"].tolist() == [0.0]
+
+
+def test_bm25_over_5th_measures_how_far_a_match_stands_out():
+    def bm25_list(scores):
+        return [Hit(ToolId("S", f"t{i}"), i + 1, 1.0 / (i + 1), i + 1, sc, None, None) for i, sc in enumerate(scores)]
+    peaked = candidate_features(bm25_list([10.0, 4.0, 3.0, 3.0, 2.0, 1.0]))["bm25_over_5th"]
+    plateau = candidate_features(bm25_list([10.0, 9.5, 9.0, 9.0, 8.0, 1.0]))["bm25_over_5th"]
+    np.testing.assert_allclose(peaked[:5], [0.8, 0.2, 0.1, 0.1, 0.0])
+    assert peaked[0] > plateau[0] > 0      # the same best score means more when nothing is close
+    assert plateau[5] < 0                  # below the fifth best: negative
 
 
 # ------------------------------------------------------------------ the list calibration
