@@ -186,8 +186,8 @@ class Pipeline:
                       score_top: int | None = None, eligible: Eligibility | None = None) -> np.ndarray:
         """Calibrated P(the tool itself does what was asked) for each hit of one ranked list
         (retrieved under ``eligible``, which bounds the server names that count)."""
-        return self._probabilities(request, need, hits, score_top, self.named_servers(request, eligible),
-                                   self.named_servers(request, eligible, loose=True))
+        names = self._matchers(eligible or Eligibility())[2]
+        return self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True))
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
                        named: Sequence[str], mentioned: Sequence[str]) -> np.ndarray:

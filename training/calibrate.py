@@ -94,6 +94,7 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
         from tqdm import tqdm
         it = tqdm(queries, desc="scoring dev", unit="q")
     for q in it:
+        named, mentioned = registry.find(q.query), registry.find(q.query, loose=True)  # same in every mode
         for mode in modes:
             need = q.need if mode == "need" else None
             eligible = abstain_eligibility(index, q) if mode == "abstain" else None
@@ -104,8 +105,7 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
             if scorer is not None:
                 logits = scorer.logits(q.query, need, [index.catalog[h.tool_id] for h in hits])
             y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
-            out.add(candidate_features(hits, logits, registry.find(q.query),
-                                       registry.find(q.query, loose=True)), y, mode)
+            out.add(candidate_features(hits, logits, named, mentioned), y, mode)
     return out
 
 
