@@ -24,6 +24,24 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
+def print_paired(reports: dict) -> None:
+    """The scorer against each retrieval stage, question by question, for the test runs."""
+    rows = [(stem, label, r["paired_top1"]) for stem, label in RUNS if stem.startswith("test_")
+            for r in [reports.get(stem)] if r and "paired_top1" in r]
+    if not rows:
+        return
+    styles = sorted(rows[0][2]["against"][next(iter(rows[0][2]["against"]))]["by_style"])
+    print(f"\nPaired, top 1, test: the {rows[0][2]['stage']} against each retrieval stage, questions it wins / loses "
+          "(it is right at rank 1 and the stage is not / the reverse), with the exact two-sided McNemar p:\n")
+    print("| run | against | all | " + " | ".join(styles) + " |")
+    print("|---|---|---:|" + "---:|" * len(styles))
+    for _, label, paired in rows:
+        for other, c in paired["against"].items():
+            cells = [c] + [c["by_style"].get(s) for s in styles]
+            print(f"| {label} | {other} | " + " | ".join(
+                "-" if v is None else f"+{v['wins']} / −{v['losses']} ({v['p']:.2g})" for v in cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     d = Path(argv[0] if argv else "benchmarks/results")
@@ -47,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|" + "---:|" * len(styles))
         for stage, m in r["stages"].items():
             print(f"| {stage} | " + " | ".join(f"{pct(m['by_style'][s]['top1'])} / {pct(m['by_style'][s]['top5'])}" for s in styles) + " |")
+    print_paired(reports)
     ab = reports.get("test_abstain") or (json.loads((d / "test_abstain.json").read_text()) if (d / "test_abstain.json").exists() else None)
     if ab and "abstention" in ab:
         a = ab["abstention"]

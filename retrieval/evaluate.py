@@ -15,6 +15,7 @@ from .catalog import CatalogError, ToolId
 from .eligibility import Eligibility
 from .hits import Hit
 from .index import ToolIndex
+from .paired import paired_top1
 
 __all__ = ["Query", "load_queries", "evaluate", "format_report", "STAGES", "draw_organisation"]
 
@@ -157,11 +158,17 @@ def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str
         if per_query is not None:
             per_query.append(row)
     styles = [q.style for q in queries]
-    return {
+    report = {
         "n": len(queries), "org_size": org_size, "seed": seed, "use_need": use_need,
         "examples": index.with_examples,
         "stages": {s: _summarise(ranks[s], lenient[s], styles) for s in stages},
     }
+    # The last stage (the scorer, when asked for) against each earlier one, question by question.
+    if len(stages) > 1:
+        last = stages[-1]
+        report["paired_top1"] = {"stage": last, "against": {
+            s: paired_top1(ranks[last], ranks[s], styles) for s in stages[:-1]}}
+    return report
 
 
 def format_report(report: dict) -> str:
@@ -186,4 +193,14 @@ def format_report(report: dict) -> str:
             lines.append(f"{stage:<8} " + " ".join(cells))
         counts = next(iter(report["stages"].values()))["by_style"]
         lines.append(f"{'n':<8} " + " ".join(f"{counts.get(s, {}).get('n', 0):>17}" for s in styles))
+    paired = report.get("paired_top1")
+    if paired:
+        lines += ["", f"paired, top 1: {paired['stage']} against each stage, questions won / lost "
+                      "(exact McNemar p), overall" + (" and by style" if styles and styles != ["-"] else "") + ":"]
+        shown = styles if styles and styles != ["-"] else []
+        lines.append(f"{'against':<8} {'all':>17} " + " ".join(f"{s:>17}" for s in shown))
+        for other, c in paired["against"].items():
+            cells = [c] + [c["by_style"].get(s) for s in shown]
+            lines.append(f"{other:<8} " + " ".join(
+                f"{'+%d / -%d (%.2g)' % (v['wins'], v['losses'], v['p']):>17}" if v else f"{'-':>17}" for v in cells))
     return "\n".join(lines)

@@ -80,3 +80,27 @@ def test_abstention_table(make_tables, tmp_path, capsys):
 def test_pct(make_tables):
     assert make_tables.pct(None) == "-"
     assert make_tables.pct(0.0) == "0.0" and make_tables.pct(1.0) == "100.0" and make_tables.pct(0.12345) == "12.3"
+
+
+def test_paired_table_for_the_test_runs(make_tables, tmp_path, capsys):
+    cell = lambda w, l, p, n=4: {"n": n, "wins": w, "losses": l, "p": p}  # noqa: E731
+    r = report(8, {"hybrid": stage(0.5, 0.75, 0.875, 1.0, 0.625, 0.875, {})})
+    r["paired_top1"] = {"stage": "scorer", "against": {
+        "hybrid": {**cell(3, 1, 0.625, 8), "by_style": {"explicit": cell(2, 0, 0.5), "goal": cell(1, 1, 1.0)}}}}
+    (tmp_path / "test_ex.json").write_text(json.dumps(r))
+    dev = dict(r)
+    (tmp_path / "dev_ex.json").write_text(json.dumps(dev))  # dev is not a test run: no row
+    assert make_tables.main([str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("Paired, top 1, test: the scorer"))
+    assert lines[i + 2:] == [
+        "| run | against | all | explicit | goal |",
+        "|---|---|---:|---:|---:|",
+        "| test, request alone, examples indexed | hybrid | +3 / −1 (0.62) | +2 / −0 (0.5) | +1 / −1 (1) |",
+    ]
+
+
+def test_no_paired_table_without_paired_results(make_tables, tmp_path, capsys):
+    write_reports(tmp_path)
+    assert make_tables.main([str(tmp_path)]) == 0
+    assert "Paired" not in capsys.readouterr().out

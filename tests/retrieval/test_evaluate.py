@@ -63,6 +63,18 @@ def test_scorer_stage_uses_the_reranker(index):
     assert [r["scorer"] for r in rows] == [8, 6, 7, 1]
     assert report["stages"]["scorer"]["top1"] == 0.25
     assert seen == [8, 8, 8, 8]
+    # Question by question: the reversed list wins q4 and loses q1 against the hybrid.
+    paired = report["paired_top1"]
+    assert paired["stage"] == "scorer" and list(paired["against"]) == ["hybrid"]
+    vs = paired["against"]["hybrid"]
+    assert (vs["wins"], vs["losses"], vs["p"]) == (1, 1, 1.0)
+    assert vs["by_style"]["function"] == {"n": 2, "wins": 1, "losses": 1, "p": 1.0}
+    assert vs["by_style"]["category"] == {"n": 2, "wins": 0, "losses": 0, "p": 1.0}
+    assert "paired, top 1: scorer against each stage" in format_report(report)
+
+
+def test_one_stage_has_no_paired_comparison(index):
+    assert "paired_top1" not in evaluate(index, QUERIES, stages=("hybrid",))
 
 
 def test_stage_errors(index):
