@@ -110,9 +110,9 @@ def pairs_cache(path: Path, show_progress: bool = True, *, example_anchors: int 
     return pairs_cache(path)
 
 
-def dev_reranking_samples(n: int, seed: int = 0, max_description_chars: int = 300) -> list[dict]:
+def dev_reranking_samples(n: int, seed: int = 0, max_description_chars: int = 300, examples: int = 0) -> list[dict]:
     """Dev questions with their hybrid top-15 (+ the labelled tool) for early stopping,
-    in the same record (description budget) the model is trained on."""
+    in the same record (description budget, example requests) the model is trained on."""
     from retrieval.catalog import ToolId, load_default_catalog
     from retrieval.default_index import load_or_build_default
     from retrieval.eligibility import Eligibility
@@ -130,7 +130,7 @@ def dev_reranking_samples(n: int, seed: int = 0, max_description_chars: int = 30
     for q in qs[:n]:
         good = {ToolId(q["server"], q["tool"]), *(ToolId(a["server"], a["tool"]) for a in q.get("acceptable") or [])}
         hits = index.retrieve(q["query"], None, Eligibility.of(servers=dev_servers), k=15)
-        fmt = dict(max_description_chars=max_description_chars)
+        fmt = dict(max_description_chars=max_description_chars, examples=examples)
         qtext, _ = format_record(q["query"], None, cat[ToolId(q["server"], q["tool"])], **fmt)
         samples.append({
             "query": qtext,
@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--pooling", choices=["mean", "cls"], default="mean", help="relevance head over mean or [CLS] states")
     p.add_argument("--max-description-chars", type=int, default=200)
+    p.add_argument("--record-examples", type=int, default=0,
+                   help="example requests of each tool in its record (0 = none; export with the same --examples)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-5)
@@ -168,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--layers must be 1..6, got {a.layers}")
     if a.init and not (a.init / "config.json").exists():
         p.error(f"--init {a.init}: not a model folder (no config.json)")
+    if a.record_examples < 0:
+        p.error(f"--record-examples must be 0 or more, got {a.record_examples}")
     if a.base and not (a.base / "config.json").exists():
         p.error(f"--base {a.base}: not a model folder (no config.json)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -192,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     rng.shuffle(rows)
     if a.max_pairs:
         rows = rows[: a.max_pairs]
-    fmt = dict(max_description_chars=a.max_description_chars)
+    fmt = dict(max_description_chars=a.max_description_chars, examples=a.record_examples)
     q_text, d_text, labels = [], [], []
     for r in rows:
         qt, dt = format_record(r["request"], r["need"], cat[ToolId(r["server"], r["tool"])], **fmt)
@@ -206,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
     init = a.init if a.init else init_model_dir(a.layers, a.out / "init", a.pooling, a.base)
     model = CrossEncoder(str(init), num_labels=1, max_length=a.max_length, local_files_only=True)
-    evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions, max_description_chars=a.max_description_chars), name="dev",
+    evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions, max_description_chars=a.max_description_chars,
+                                                                     examples=a.record_examples), name="dev",
                                                always_rerank_positives=True, batch_size=64)
     steps = int(len(train_ds) * a.epochs / a.batch_size)
     eval_steps = max(10, steps // max(1, a.evals))
