@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--pooling", choices=["mean", "cls"], default="mean", help="relevance head over mean or [CLS] states")
     p.add_argument("--max-description-chars", type=int, default=200)
-    p.add_argument("--record-examples", type=int, default=0,
-                   help="example requests of each tool in its record (0 = none; export with the same --examples)")
+    # dest "examples": the name training.export reads back from train_args.json for the record.
+    p.add_argument("--record-examples", dest="examples", type=int, default=0,
+                   help="example requests of each tool in its record (0 = none)")
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-5)
@@ -170,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--layers must be 1..6, got {a.layers}")
     if a.init and not (a.init / "config.json").exists():
         p.error(f"--init {a.init}: not a model folder (no config.json)")
-    if a.record_examples < 0:
-        p.error(f"--record-examples must be 0 or more, got {a.record_examples}")
+    if a.examples < 0:
+        p.error(f"--record-examples must be 0 or more, got {a.examples}")
     if a.base and not (a.base / "config.json").exists():
         p.error(f"--base {a.base}: not a model folder (no config.json)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     rng.shuffle(rows)
     if a.max_pairs:
         rows = rows[: a.max_pairs]
-    fmt = dict(max_description_chars=a.max_description_chars, examples=a.record_examples)
+    fmt = dict(max_description_chars=a.max_description_chars, examples=a.examples)
     q_text, d_text, labels = [], [], []
     for r in rows:
         qt, dt = format_record(r["request"], r["need"], cat[ToolId(r["server"], r["tool"])], **fmt)
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     init = a.init if a.init else init_model_dir(a.layers, a.out / "init", a.pooling, a.base)
     model = CrossEncoder(str(init), num_labels=1, max_length=a.max_length, local_files_only=True)
     evaluator = CrossEncoderRerankingEvaluator(dev_reranking_samples(a.dev_questions, max_description_chars=a.max_description_chars,
-                                                                     examples=a.record_examples), name="dev",
+                                                                     examples=a.examples), name="dev",
                                                always_rerank_positives=True, batch_size=64)
     steps = int(len(train_ds) * a.epochs / a.batch_size)
     eval_steps = max(10, steps // max(1, a.evals))
