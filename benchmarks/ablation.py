@@ -29,6 +29,9 @@ from retrieval.evaluate import evaluate, format_report, load_queries  # noqa: E4
 from retrieval.pipeline import Pipeline, Policy  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
+# Requests written apart from the catalog's example requests and from questions.jsonl, over the
+# test servers only (benchmarks/data/README.md): a check against the echo between the two.
+INDEPENDENT = ROOT / "benchmarks" / "data" / "independent_questions.jsonl"
 
 # name: (split, use_need, examples, org_size, sample)
 RUNS = {
@@ -39,6 +42,8 @@ RUNS = {
     "test_org30": ("test", False, True, 30, None),
     "dev_ex": ("dev", False, True, None, None),
     "train_sample": ("train", False, True, None, 200),
+    "independent_ex": ("independent", False, True, None, None),
+    "independent_noex": ("independent", False, False, None, None),
 }
 
 
@@ -67,7 +72,8 @@ class CachedScorer:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
-    p.add_argument("--runs", default="test_ex,test_ex_need,test_noex,test_noex_need,test_org30,train_sample,test_abstain",
+    p.add_argument("--runs", default="test_ex,test_ex_need,test_noex,test_noex_need,test_org30,train_sample,test_abstain,"
+                   "independent_ex,independent_noex,independent_abstain",
                    help="order matters only for time: later runs reuse earlier runs' logits")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--threads", type=int, default=2)
@@ -85,14 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     policy = Policy(score_top=a.score_top)
     for name in a.runs.split(","):
         t0 = time.time()
-        if name == "test_abstain":
+        if name in ("test_abstain", "independent_abstain"):
             if a.thresholds.exists():  # decisions use the threshold chosen on dev
                 chosen = json.loads(a.thresholds.read_text())["chosen"]["threshold"]
                 policy = Policy(score_top=a.score_top, proceed_threshold=chosen)
             pipe = Pipeline(indexes[True], scorer, public_index=public, policy=policy)
-            queries = load_queries(QUESTIONS, split="test")
+            split = name.removesuffix("_abstain")
+            queries = load_queries(INDEPENDENT if split == "independent" else QUESTIONS, split=split)
             rep = abstention_report(pipe, queries, show_progress=True)
-            png = plot_coverage_risk(rep, a.out / "coverage_risk_test.png")
+            png = plot_coverage_risk(rep, a.out / f"coverage_risk_{split}.png")
             red = [pipe.search(q.query).tokens.reduction for q in queries]
             out = {"abstention": {k: v for k, v in rep.items() if k not in ("coverage", "risk")},
                    "proceed_threshold": policy.proceed_threshold,
@@ -106,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 indexes[examples] = load_or_build_default(with_examples=examples, show_progress=True)
             index = indexes[examples]
             pipe = Pipeline(index, scorer, public_index=public, policy=policy)
-            queries = load_queries(QUESTIONS, split=split)
+            queries = load_queries(INDEPENDENT if split == "independent" else QUESTIONS, split=split)
             if sample:
                 queries = random.Random(0).sample(queries, sample)
 

@@ -17,6 +17,8 @@ RUNS = [  # (file stem, label)
     ("test_org30", "test, 30-server organisations, request alone"),
     ("dev_ex", "dev (selection/calibration set), request alone"),
     ("train_sample", "200 train questions (seen in training), request alone"),
+    ("independent_ex", "independent requests (test servers), request alone, examples indexed"),
+    ("independent_noex", "independent requests (test servers), request alone, no examples"),
 ]
 
 
@@ -25,13 +27,13 @@ def pct(x: float | None) -> str:
 
 
 def print_paired(reports: dict) -> None:
-    """The scorer against each retrieval stage, question by question, for the test runs."""
-    rows = [(stem, label, r["paired_top1"]) for stem, label in RUNS if stem.startswith("test_")
+    """The scorer against each retrieval stage, question by question, for the held-out runs."""
+    rows = [(stem, label, r["paired_top1"]) for stem, label in RUNS if stem.startswith(("test_", "independent_"))
             for r in [reports.get(stem)] if r and "paired_top1" in r]
     if not rows:
         return
     styles = sorted(rows[0][2]["against"][next(iter(rows[0][2]["against"]))]["by_style"])
-    print(f"\nPaired, top 1, test: the {rows[0][2]['stage']} against each retrieval stage, questions it wins / loses "
+    print(f"\nPaired, top 1, test and independent requests: the {rows[0][2]['stage']} against each retrieval stage, questions it wins / loses "
           "(it is right at rank 1 and the stage is not / the reverse), with the exact two-sided McNemar p:\n")
     print("| run | against | all | " + " | ".join(styles) + " |")
     print("|---|---|---:|" + "---:|" * len(styles))
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         for stage, m in r["stages"].items():
             print(f"| {label} | {r['n']} | {stage} | {pct(m['top1'])} | {pct(m['top5'])} | {pct(m['top20'])} | "
                   f"{pct(m['recall100'])} | {pct(m['top1_lenient'])} | {pct(m['top5_lenient'])} |")
-    for stem in ("test_ex", "test_noex", "test_ex_need"):
+    for stem in ("test_ex", "test_noex", "test_ex_need", "independent_ex"):
         r = reports.get(stem)
         if not r:
             continue
@@ -78,6 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| top 5 holds a fitting tool (final, when one fits) | {pct(a['top5_when_fit'])} |")
         if "token_reduction_mean" in ab:
             print(f"| mean token reduction of the returned definitions | {pct(ab['token_reduction_mean'])} |")
+    ind = d / "independent_abstain.json"
+    if ind.exists():
+        a = json.loads(ind.read_text())["abstention"]
+        # These requests have no need line, so there is no second attempt to report.
+        print("\nAbstention on the independent requests (request alone, no need line):\n")
+        print("| measure | value |\n|---|---:|")
+        print(f"| AUROC of the best probability | {a['auroc_request']:.3f} |")
+        print(f"| proceed, a tool fits / none fits | {pct(a['proceed_first_when_fit'])} / {pct(a['proceed_first_when_none'])} |")
     return 0
 
 

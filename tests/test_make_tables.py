@@ -92,7 +92,7 @@ def test_paired_table_for_the_test_runs(make_tables, tmp_path, capsys):
     (tmp_path / "dev_ex.json").write_text(json.dumps(dev))  # dev is not a test run: no row
     assert make_tables.main([str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    i = next(k for k, line in enumerate(lines) if line.startswith("Paired, top 1, test: the scorer"))
+    i = next(k for k, line in enumerate(lines) if line.startswith("Paired, top 1, test and independent requests: the scorer"))
     assert lines[i + 2:] == [
         "| run | against | all | explicit | goal |",
         "|---|---|---:|---:|---:|",
@@ -104,3 +104,15 @@ def test_no_paired_table_without_paired_results(make_tables, tmp_path, capsys):
     write_reports(tmp_path)
     assert make_tables.main([str(tmp_path)]) == 0
     assert "Paired" not in capsys.readouterr().out
+
+
+def test_independent_abstention_table(make_tables, tmp_path, capsys):
+    (tmp_path / "independent_abstain.json").write_text(json.dumps({"abstention": {
+        "auroc_request": 0.8884, "auroc_final": 0.8884, "proceed_first_when_fit": 0.862,
+        "proceed_first_when_none": 0.249, "no_fit_share_when_fit": 0.1, "no_fit_share_when_none": 0.7,
+        "top5_when_fit": 0.85}}))
+    assert make_tables.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Abstention on the independent requests" in out
+    assert "| AUROC of the best probability | 0.888 |" in out
+    assert "| proceed, a tool fits / none fits | 86.2 / 24.9 |" in out
