@@ -22,3 +22,14 @@ def catalog():
 def index(catalog, encoder):
     from retrieval.index import ToolIndex
     return ToolIndex.build(catalog, encoder=encoder)
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (they are scripts, not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "make_tables.py"
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def make_tables():
-    spec = importlib.util.spec_from_file_location("make_tables", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("make_tables")
 
 
 def stage(top1, top5, top20, rec, l1, l5, by_style) -> dict:

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+
+from conftest import load_benchmark
 
 pytest.importorskip("sklearn")
 
 from retrieval.confidence import FEATURES  # noqa: E402
 from training.calibrate import Collected  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "pipeline_cv.py"
-
 
 @pytest.fixture(scope="module")
 def cv():
-    spec = importlib.util.spec_from_file_location("pipeline_cv", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("pipeline_cv")
 
 
 def synthetic(n_servers: int = 8, per_server: int = 3, k: int = 6, informative: bool = True):
