@@ -24,12 +24,15 @@ def index(catalog, encoder):
     return ToolIndex.build(catalog, encoder=encoder)
 
 
-def load_benchmark(name: str):
-    """A script of benchmarks/ as a module (they are scripts, not a package)."""
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """Loads a script of benchmarks/ as a module (they are scripts, not a package)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    def load(name: str):
+        path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load

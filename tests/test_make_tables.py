@@ -6,11 +6,9 @@ import json
 
 import pytest
 
-from conftest import load_benchmark
-
 
 @pytest.fixture(scope="module")
-def make_tables():
+def make_tables(load_benchmark):
     return load_benchmark("make_tables")
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import load_benchmark
-
 pytest.importorskip("sklearn")
 
 from retrieval.confidence import FEATURES  # noqa: E402
@@ -14,7 +12,7 @@ from training.calibrate import Collected  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def cv():
+def cv(load_benchmark):
     return load_benchmark("pipeline_cv")
 
 
