@@ -33,6 +33,10 @@ QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 # test servers only (benchmarks/data/README.md): a check against the echo between the two.
 INDEPENDENT = ROOT / "benchmarks" / "data" / "independent_questions.jsonl"
 
+
+def questions_file(split: str) -> Path:
+    return INDEPENDENT if split == "independent" else QUESTIONS
+
 # name: (split, use_need, examples, org_size, sample)
 RUNS = {
     "test_ex": ("test", False, True, None, None),
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 policy = Policy(score_top=a.score_top, proceed_threshold=chosen)
             pipe = Pipeline(indexes[True], scorer, public_index=public, policy=policy)
             split = name.removesuffix("_abstain")
-            queries = load_queries(INDEPENDENT if split == "independent" else QUESTIONS, split=split)
+            queries = load_queries(questions_file(split), split=split)
             rep = abstention_report(pipe, queries, show_progress=True)
             png = plot_coverage_risk(rep, a.out / f"coverage_risk_{split}.png")
             red = [pipe.search(q.query).tokens.reduction for q in queries]
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 indexes[examples] = load_or_build_default(with_examples=examples, show_progress=True)
             index = indexes[examples]
             pipe = Pipeline(index, scorer, public_index=public, policy=policy)
-            queries = load_queries(INDEPENDENT if split == "independent" else QUESTIONS, split=split)
+            queries = load_queries(questions_file(split), split=split)
             if sample:
                 queries = random.Random(0).sample(queries, sample)
 

@@ -32,7 +32,7 @@ def print_paired(reports: dict) -> None:
             for r in [reports.get(stem)] if r and "paired_top1" in r]
     if not rows:
         return
-    styles = sorted(rows[0][2]["against"][next(iter(rows[0][2]["against"]))]["by_style"])
+    styles = sorted(next(iter(rows[0][2]["against"].values()))["by_style"])
     print(f"\nPaired, top 1, test and independent requests: the {rows[0][2]['stage']} against each retrieval stage, questions it wins / loses "
           "(it is right at rank 1 and the stage is not / the reverse), with the exact two-sided McNemar p:\n")
     print("| run | against | all | " + " | ".join(styles) + " |")

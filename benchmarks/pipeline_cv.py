@@ -55,6 +55,9 @@ def cross_validate(col: Collected, servers: list[str], draws: int) -> dict[str, 
         scores: list[np.ndarray | None] = [None] * n
         for held in (0, 1):
             train = [g for g in range(n) if fold[g] != held]
+            if not train or len(train) == n:
+                raise ValueError(f"the questions cover {len(set(servers))} server(s), too few for two halves "
+                                 "that both hold some; use more questions (a larger --limit, or none)")
             feats = {f: np.concatenate([col.feats[f][g] for g in train]) for f in FEATURES}
             model = fit_confidence(feats, np.concatenate([col.labels[g] for g in train]), FEATURES)
             for g in range(n):
@@ -66,14 +69,17 @@ def cross_validate(col: Collected, servers: list[str], draws: int) -> dict[str, 
             order = [np.argsort(-scores[g], kind="stable") for g in lists]
             result[f"{mode} top1"] = 100 * np.mean([col.labels[g][o[0]] > 0 for g, o in zip(lists, order)])
             result[f"{mode} top5"] = 100 * np.mean([col.labels[g][o[:5]].max() > 0 for g, o in zip(lists, order)])
-            result[f"{mode} logit top1"] = 100 * np.mean([col.labels[g][np.argmax(col.feats["logit"][g])] > 0
-                                                          for g in lists])
         fit = [scores[g].max() for g in range(n) if col.modes[g] == "request"]
         none = [scores[g].max() for g in range(n) if col.modes[g] == "abstain"]
         result["AUROC"] = auroc(fit, none)
         for k, v in result.items():
             rows.setdefault(k, []).append(float(v))
-    return {k: float(np.mean(v)) for k, v in rows.items()}
+    out = {k: float(np.mean(v)) for k, v in rows.items()}
+    # The logit alone needs no fit, so no halving changes it.
+    for mode in ("request", "need"):
+        out[f"{mode} logit top1"] = float(100 * np.mean([col.labels[g][np.argmax(col.feats["logit"][g])] > 0
+                                                         for g in range(n) if col.modes[g] == mode]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         col = collect(index, queries, Scorer.load(m, threads=a.threads), modes=MODES)
         if len(col.labels) != len(servers):  # an empty list was skipped: folds would misalign
             raise SystemExit(f"{m}: {len(col.labels)} lists for {len(servers)} searches; cannot assign folds")
-        results[str(m)] = cross_validate(col, servers, a.draws)
+        try:
+            results[str(m)] = cross_validate(col, servers, a.draws)
+        except ValueError as exc:
+            p.error(str(exc))
     keys = ["request top1", "request top5", "need top1", "need top5", "AUROC", "request logit top1", "need logit top1"]
     print(f"\ndev, {len(queries)} questions, {a.draws} halvings by server, index "
           f"{'without' if a.no_examples else 'with'} example requests\n")

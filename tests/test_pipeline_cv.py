@@ -55,3 +55,9 @@ def test_noise_stays_near_chance(cv):
     r = cv.cross_validate(col, servers, draws=2)
     assert r["request top1"] < 50.0          # 1 in 6 by chance
     assert 0.2 < r["AUROC"] < 0.8
+
+
+def test_one_server_cannot_be_halved(cv):
+    col, servers = synthetic(n_servers=1)
+    with pytest.raises(ValueError, match="too few for two halves"):
+        cv.cross_validate(col, servers, draws=1)
