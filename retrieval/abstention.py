@@ -63,7 +63,7 @@ def abstention_report(pipeline, queries: list[Query], *, show_progress: bool = F
     it = queries
     if show_progress:
         from tqdm import tqdm
-        it = tqdm(queries, desc="abstain", unit="q")
+        it = tqdm(queries, desc="abstain", unit="q", disable=None)
     for q in it:
         drop = {t.server for t in q.lenient_targets}
         for fits, eligible in ((True, Eligibility()), (False, Eligibility.of(servers=[s for s in servers if s not in drop]))):

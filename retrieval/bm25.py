@@ -16,6 +16,8 @@ from .text import split_identifier
 __all__ = ["BM25Index", "tokenize"]
 
 log = logging.getLogger(__name__)
+# bm25s sets its own logger to DEBUG, which prints "Building index from tokens" on every build.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 _STEMMER = Stemmer.Stemmer("english")
 _IDENT = re.compile(r"\b\w*(?:[a-z][A-Z]|_|-)\w*\b")
 

@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("retrieval.default_index").setLevel(logging.INFO)  # "building the default index … (once)"
     if getattr(a, "k", None) is None and a.cmd == "search":
         a.k = 100 if a.retrieval_only else None
     try:

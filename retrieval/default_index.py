@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from .catalog import default_catalog_path, default_examples_path, load_default_catalog
 from .encoder import default_encoder_path
 from .index import IndexLoadError, ToolIndex
 
-__all__ = ["cache_dir", "default_index_path", "load_or_build_default"]
+__all__ = ["cache_dir", "default_index_path", "load_or_build_default", "public_index"]
 
 log = logging.getLogger(__name__)
 
@@ -50,3 +51,13 @@ def load_or_build_default(*, with_examples: bool = True, show_progress: bool = F
     except OSError as exc:  # a read-only home still gets a working index
         log.warning("could not cache the default index at %s: %s", path, exc)
     return index
+
+
+@lru_cache(maxsize=1)
+def public_index() -> ToolIndex:
+    """The shipped catalog's index, loaded once per process, for naming public servers to connect.
+
+    Shared by every pipeline of the process; nothing may update it (servers added at run
+    time, a tenant's private ones, must never be suggested to anyone).
+    """
+    return load_or_build_default()

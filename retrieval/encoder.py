@@ -28,7 +28,9 @@ class Encoder(Protocol):
 
 
 def default_encoder_path() -> Path:
-    return Path(__file__).resolve().parent.parent / "models" / "toolrank-encoder"
+    """``$TOOLRANK_MODELS/toolrank-encoder``, else the package's own copy (see scorer.locations)."""
+    from scorer.locations import ENCODER, models_root
+    return models_root() / ENCODER
 
 
 class OnnxEncoder:
@@ -72,7 +74,8 @@ class OnnxEncoder:
         batches = range(0, len(order), batch_size)
         if show_progress:
             from tqdm import tqdm
-            batches = tqdm(batches, desc="embedding", unit="batch")
+            # disable=None: a bar on a terminal only, not a line per batch in a log file
+            batches = tqdm(batches, desc="embedding", unit="batch", disable=None)
         for start in batches:
             idx = order[start:start + batch_size]
             width = max(len(encodings[i].ids) for i in idx)

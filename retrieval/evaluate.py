@@ -132,7 +132,7 @@ def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str
     it: Iterable[Query] = queries
     if show_progress:
         from tqdm import tqdm
-        it = tqdm(queries, desc="eval", unit="q")
+        it = tqdm(queries, desc="eval", unit="q", disable=None)
     for q in it:
         need = q.need if use_need else None
         eligible = None

@@ -425,12 +425,15 @@ def load_pipeline(index_dir: str | Path | ToolIndex | None = None,
     ``index_dir`` may also be a loaded :class:`ToolIndex`. ``model_dir=False`` runs without
     a scorer (retrieval-only confidence).
     """
-    from .default_index import load_or_build_default
+    from .default_index import public_index
 
+    public = public_index() if public_suggestions else None
     if isinstance(index_dir, ToolIndex):
         index = index_dir
-    else:
-        index = ToolIndex.load(index_dir) if index_dir else load_or_build_default()
+    elif index_dir:
+        index = ToolIndex.load(index_dir)
+    else:  # the shipped catalog: one copy per process serves both uses; nothing here updates it
+        index = public if public is not None else public_index()
     scorer = None
     if model_dir is not False:
         from scorer import Scorer, default_model_path
@@ -439,7 +442,6 @@ def load_pipeline(index_dir: str | Path | ToolIndex | None = None,
             scorer = Scorer.load(path, threads=threads)
         else:
             log.warning("no shipped scorer at %s: using retrieval-only confidence", path)
-    # A separate, never-updated copy of the shipped catalog: servers added at run time
-    # (a tenant's private ones) must never be suggested to anyone.
-    public = load_or_build_default() if public_suggestions else None
+    # Suggestions read the never-updated public copy: servers added at run time (a tenant's
+    # private ones) must never be suggested to anyone.
     return Pipeline(index, scorer, policy=policy, always_available=always_available, public_index=public)

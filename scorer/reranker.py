@@ -34,6 +34,7 @@ import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
 from scorer.calibration import Calibration, CalibrationError
+from scorer.locations import RERANKER, models_root
 from scorer.record import RECORD_FORMAT_VERSION, format_record
 
 if TYPE_CHECKING:
@@ -66,15 +67,16 @@ _INT_TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
 _FLOAT_TYPES = {"tensor(float)", "tensor(float16)", "tensor(double)"}
 _PAD_TOKENS = ("[PAD]", "<pad>", "<|pad|>", "<PAD>")
 
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[1] / "models" / "toolrank-reranker"
+DEFAULT_MODEL_DIR = models_root() / RERANKER   # as resolved at import; default_model_path() re-reads
 
 
 def default_model_path() -> Path:
-    """Where the shipped scorer model folder lives (``models/toolrank-reranker`` in the repository).
+    """Where the shipped scorer model folder lives: ``$TOOLRANK_MODELS/toolrank-reranker``, else the
+    package's own copy (``models/toolrank-reranker`` in the repository).
 
     The folder may be absent (no model released yet); callers check ``.exists()``.
     """
-    return DEFAULT_MODEL_DIR
+    return models_root() / RERANKER
 
 
 class ScorerLoadError(ValueError):

