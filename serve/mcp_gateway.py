@@ -1,0 +1,438 @@
+"""The MCP gateway's state: live sessions to the configured servers, the index of their tools,
+the pipeline over it, and the policy that says what the caller may see and run.
+
+:mod:`serve.mcp_server` translates MCP to this and back; this module knows nothing of the
+protocol's server side. Every backend session is an SDK ``ClientSession`` held open by its own
+task; a session that dies (the server crashed) is dropped and started again on the next call.
+
+What may run is decided on every call: the server must be in the configuration and eligible,
+and the tool must be one of its currently listed tools that the caller may see. Anything else is
+refused before any server is contacted; a hidden server is refused exactly like one that does
+not exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable
+
+import anyio
+
+from retrieval.catalog import ToolId
+from retrieval.eligibility import Eligibility
+from retrieval.mcp_harvest import (DEFAULT_TIMEOUT_S, McpConfig, ServerHarvest, ServerSpec, apply_harvest,
+                                   describe_error, list_all_tools, open_session, server_description,
+                                   tools_from_listing)
+
+if TYPE_CHECKING:
+    from mcp import ClientSession, types
+
+    from retrieval.index import ToolIndex
+    from retrieval.pipeline import Pipeline, Policy
+    from retrieval.results import SearchResult
+
+__all__ = ["Components", "default_components", "Backend", "BackendUnavailable", "Gateway",
+           "gateway_eligibility", "DEFAULT_CALL_TIMEOUT_S"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CALL_TIMEOUT_S = 120.0
+_SHUTDOWN_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class Components:
+    """What the gateway builds on.
+
+    Attributes:
+        encoder: embeds harvested tools (the shipped ONNX encoder by default).
+        make_pipeline: the pipeline over an index (scorer, confidence model, public suggestions).
+        load_index: loads a saved index with ``encoder``.
+        default_index: the index to search without a configuration (the shipped catalog).
+    """
+
+    encoder: Any
+    make_pipeline: Callable[["ToolIndex"], "Pipeline"]
+    load_index: Callable[[Path], "ToolIndex"]
+    default_index: Callable[[], "ToolIndex"]
+
+
+def default_components(*, model: Path | None = None, no_model: bool = False, suggestions: bool = True,
+                       threads: int = 2) -> Components:
+    """The shipped encoder, scorer and confidence model (``no_model``: retrieval-only confidence)."""
+    from retrieval.encoder import OnnxEncoder
+    from retrieval.index import ToolIndex
+    from retrieval.pipeline import load_pipeline
+
+    encoder = OnnxEncoder(threads=threads)
+    made: dict[str, Any] = {}
+
+    def make_pipeline(index: "ToolIndex") -> "Pipeline":
+        if "first" in made:      # one scorer per process: later indexes reuse it
+            return made["first"].with_index(index)
+        made["first"] = load_pipeline(index, False if no_model else model, threads=threads,
+                                      public_suggestions=suggestions)
+        return made["first"]
+
+    def default_index() -> "ToolIndex":
+        from retrieval.default_index import load_or_build_default
+        return load_or_build_default()
+
+    return Components(encoder, make_pipeline, lambda path: ToolIndex.load(path, encoder=encoder), default_index)
+
+
+def gateway_eligibility(configured: Iterable[str] | None, servers: Iterable[str] | None = None,
+                        tenant: Any = None) -> Eligibility:
+    """What the caller may see: the configuration's servers, narrowed by ``servers`` (the
+    ``--server`` option) and by a tenant's servers and tools (an admin tenant narrows nothing)."""
+    allowed = None if configured is None else set(configured)
+    if servers:
+        allowed = set(servers) if allowed is None else allowed & set(servers)
+    tools = None
+    if tenant is not None and not tenant.admin:
+        own = tenant.eligibility
+        if own.servers is not None:
+            allowed = set(own.servers) if allowed is None else allowed & set(own.servers)
+        tools = own.tools
+    return Eligibility.of(servers=allowed, tools=tools)
+
+
+class BackendUnavailable(RuntimeError):
+    """A configured server could not be started or reached (the message says why)."""
+
+
+class Backend:
+    """One configured server and its live SDK session, started on demand and again after a crash."""
+
+    def __init__(self, spec: ServerSpec, *, timeout_s: float, on_tools_changed: Callable[["Backend"], None]):
+        self.spec = spec
+        self.name = spec.name
+        self.timeout_s = spec.timeout_s or timeout_s
+        self.session: "ClientSession | None" = None
+        self.init: "types.InitializeResult | None" = None
+        self.error: str | None = None           # why the last start failed (None once running)
+        self.starts = 0
+        self._stop: anyio.Event | None = None
+        self._lock = anyio.Lock()
+        self._on_tools_changed = on_tools_changed
+        self.refreshing = False
+        self.refresh_again = False
+
+    async def connect(self, holders: anyio.abc.TaskGroup) -> "ClientSession":
+        """The live session, starting the server first if there is none.
+
+        Raises:
+            BackendUnavailable: the server does not start or answer ``initialize`` in time.
+        """
+        async with self._lock:
+            if self.session is not None:
+                return self.session
+            stop = anyio.Event()
+            try:
+                session, init = await holders.start(self._hold, stop)
+            except Exception as exc:  # noqa: BLE001 - the server's fault: said, not raised
+                self.error = describe_error(exc, self.spec, self.timeout_s)
+                log.warning("server %r: %s", self.name, self.error)
+                raise BackendUnavailable(self.error) from None
+            self.session, self.init, self._stop, self.error = session, init, stop, None
+            self.starts += 1
+            return session
+
+    def drop(self, session: "ClientSession") -> None:
+        """Forget a dead session; its holder task closes it (and stops the process)."""
+        if self.session is session:
+            self.session = None
+            if self._stop is not None:
+                self._stop.set()
+
+    def close(self) -> None:
+        self.session = None
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _hold(self, stop: anyio.Event, *, task_status: Any) -> None:
+        started = False
+        try:
+            async with open_session(self.spec, timeout_s=self.timeout_s, message_handler=self._on_message) as opened:
+                started = True
+                task_status.started(opened)
+                await stop.wait()
+        except Exception as exc:  # noqa: BLE001 - a dying transport must never take the gateway down
+            if not started:
+                raise
+            log.info("server %r: connection closed (%s)", self.name, describe_error(exc, self.spec, self.timeout_s))
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp import types
+
+        if isinstance(message, types.ServerNotification) and isinstance(message.root, types.ToolListChangedNotification):
+            log.info("server %r: tools changed; harvesting again", self.name)
+            self._on_tools_changed(self)
+        elif isinstance(message, Exception):
+            log.warning("server %r: transport error: %s", self.name, message)
+
+
+def _error_result(text: str) -> "types.CallToolResult":
+    from mcp import types
+
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], isError=True)
+
+
+class Gateway:
+    """Search over the configured servers' tools, and calls forwarded to their live sessions.
+
+    Without a configuration it only searches an index (find-only mode). Use inside
+    ``async with gateway.running():``; searches wait for the first harvest.
+    """
+
+    def __init__(self, *, components: Components, config: McpConfig | None = None,
+                 index: "ToolIndex | None" = None, eligible: Eligibility | None = None,
+                 policy_overrides: dict[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None):
+        from retrieval.pipeline import Policy
+
+        if config is None and index is None:
+            raise ValueError("the gateway needs an MCP configuration, an index, or both")
+        self.components = components
+        self.config = config
+        self.index = index
+        self.eligible = eligible or Eligibility()
+        self._overrides = dict(policy_overrides or {})
+        Policy().with_overrides(**self._overrides)     # bad thresholds fail now, not on the first search
+        self.timeout_s = timeout_s
+        self.call_timeout_s = call_timeout_s
+        self.index_dir = index_dir
+        self.backends: dict[str, Backend] = {}
+        if config is not None:
+            self.backends = {name: Backend(spec, timeout_s=timeout_s, on_tools_changed=self._tools_changed)
+                             for name, spec in config.servers.items() if self.eligible.allows_server(name)}
+        self.pipeline: "Pipeline | None" = None
+        self.policy: "Policy | None" = None
+        self.harvests = 0                       # completed harvests (first + every re-harvest)
+        self._lock = threading.Lock()           # searches vs index updates (both run in threads)
+        self._ready = anyio.Event()
+        self._holders: anyio.abc.TaskGroup | None = None
+        self._work: anyio.abc.TaskGroup | None = None
+
+    @property
+    def forwarding(self) -> bool:
+        """Whether calls can be forwarded (a configuration was given)."""
+        return self.config is not None
+
+    # ------------------------------------------------------------------ life cycle
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator["Gateway"]:
+        """Start the backends and the first harvest in the background; stop them all on exit."""
+        async with anyio.create_task_group() as holders:
+            self._holders = holders
+            try:
+                async with anyio.create_task_group() as work:
+                    self._work = work
+                    work.start_soon(self._start)
+                    try:
+                        yield self
+                    finally:
+                        work.cancel_scope.cancel()
+            finally:
+                for b in self.backends.values():
+                    b.close()
+                holders.cancel_scope.deadline = anyio.current_time() + _SHUTDOWN_GRACE_S
+
+    async def wait_ready(self) -> None:
+        await self._ready.wait()
+
+    async def _start(self) -> None:
+        try:
+            harvests: list[ServerHarvest] = []
+            if self.backends:
+                async with anyio.create_task_group() as tg:
+                    for b in self.backends.values():
+                        tg.start_soon(self._first_harvest, b, harvests)
+            if self.config is not None:
+                order = {name: i for i, name in enumerate(self.config.servers)}
+                harvests.sort(key=lambda h: order[h.name])
+                await anyio.to_thread.run_sync(self._apply, harvests, list(self.config.servers))
+            elif self.index is not None:
+                await anyio.to_thread.run_sync(self._make_pipeline)
+        except Exception:  # noqa: BLE001 - searches then answer with what there is
+            log.exception("the first harvest failed")
+        finally:
+            self._ready.set()
+
+    async def _first_harvest(self, b: Backend, out: list[ServerHarvest]) -> None:
+        out.append(await self._list(b))
+
+    async def _list(self, b: Backend) -> ServerHarvest:
+        """One server's tools over its live session (started if needed); never raises."""
+        t0 = anyio.current_time()
+        try:
+            session = await b.connect(self._holders)
+        except BackendUnavailable as exc:
+            return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0, str(exc))
+        try:
+            with anyio.fail_after(b.timeout_s):
+                listed = await list_all_tools(session)
+            description = server_description(b.spec, b.init)
+            tools = tools_from_listing(b.name, description, listed, str(self.config.path))
+        except Exception as exc:  # noqa: BLE001 - reported per server
+            reason = describe_error(exc, b.spec, b.timeout_s)
+            log.warning("server %r: %s", b.name, reason)
+            if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError)):
+                b.drop(session)
+            return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0, reason)
+        return ServerHarvest(b.name, tools, description, anyio.current_time() - t0)
+
+    def _make_pipeline(self) -> None:
+        with self._lock:
+            if self.index is not None and self.pipeline is None:
+                self.pipeline = self.components.make_pipeline(self.index)
+                self.policy = self.pipeline.policy.with_overrides(**self._overrides)
+
+    def _apply(self, harvests: list[ServerHarvest], keep: list[str] | None) -> None:
+        """Fold harvests into the index (changed tools only), then save it; runs in a thread."""
+        with self._lock:
+            index, reports = apply_harvest(self.index, harvests, keep=keep, encoder=self.components.encoder)
+            for r in reports:
+                log.info("server %r: %s, %d tools, %d embedded%s", r.name, r.status, r.tools, r.re_embedded,
+                         f" ({r.reason})" if r.reason else "")
+            changed = index is not self.index or any(r.status in ("added", "updated", "removed") for r in reports)
+            self.index = index
+            self.harvests += 1
+            if index is not None and self.pipeline is None:
+                self.pipeline = self.components.make_pipeline(index)
+                self.policy = self.pipeline.policy.with_overrides(**self._overrides)
+            if changed and index is not None and self.index_dir is not None:
+                try:
+                    index.save(self.index_dir)
+                except (OSError, ValueError) as exc:
+                    log.warning("could not save the index to %s: %s (the update is kept in memory)", self.index_dir, exc)
+
+    def _tools_changed(self, b: Backend) -> None:
+        if self._work is not None:
+            self._work.start_soon(self._reharvest, b)
+
+    async def _reharvest(self, b: Backend) -> None:
+        """Harvest one server again after it said its tools changed (coalesces bursts)."""
+        await self._ready.wait()
+        if b.refreshing:
+            b.refresh_again = True
+            return
+        b.refreshing = True
+        try:
+            while True:
+                b.refresh_again = False
+                harvest = await self._list(b)
+                if harvest.ok:
+                    await anyio.to_thread.run_sync(self._apply, [harvest], None)
+                if not b.refresh_again:
+                    break
+        finally:
+            b.refreshing = False
+
+    # ------------------------------------------------------------------ what the caller may see
+
+    def visible_servers(self) -> list[str]:
+        """The eligible servers, in configuration (or index) order."""
+        names = list(self.config.servers) if self.config is not None else \
+            (self.index.catalog.servers if self.index is not None else [])
+        return [s for s in names if self.eligible.allows_server(s)]
+
+    def unavailable(self) -> dict[str, str]:
+        """Eligible servers whose last start failed, with why."""
+        return {name: b.error for name, b in self.backends.items() if b.error}
+
+    def tool_count(self) -> int:
+        if self.index is None:
+            return 0
+        return sum(1 for t in self.index.catalog.tools if self.eligible.allows(t.id))
+
+    # ------------------------------------------------------------------ find
+
+    async def find(self, request: str, need: str | None = None, *, attempt: int = 1) -> "SearchResult | None":
+        """The pipeline's answer over the eligible tools (None when nothing is indexed)."""
+        await self._ready.wait()
+        previous = SimpleNamespace(attempt=1) if attempt >= 2 else None
+
+        def search() -> "SearchResult | None":
+            with self._lock:
+                if self.pipeline is None:
+                    return None
+                return self.pipeline.search(request, need, eligible=self.eligible, previous=previous,
+                                            explain=True, fmt="mcp", policy=self.policy)
+        return await anyio.to_thread.run_sync(search)
+
+    # ------------------------------------------------------------------ call
+
+    def refusal(self, server: str, tool: str) -> str | None:
+        """Why ``server``/``tool`` may not run, or None. A hidden server reads like an unknown one."""
+        visible = [s for s in self.visible_servers() if s in self.backends]
+        if server not in self.backends or server not in visible:
+            names = ", ".join(repr(s) for s in visible) or "none"
+            return (f"refused: {server!r} is not one of the configured servers you may use ({names}); "
+                    "call a tool that find_tools returned, with its 'server' as given. Nothing was run.")
+        with self._lock:
+            known = self.index is not None and ToolId(server, tool) in self.index.catalog
+        if not known or not self.eligible.allows((server, tool)):
+            return (f"refused: server {server!r} has no tool {tool!r} that you may call; use find_tools "
+                    "to find the right tool and its exact name. Nothing was run.")
+        return None
+
+    async def call(self, server: str, tool: str, arguments: dict[str, Any] | None) -> "types.CallToolResult":
+        """Forward one call to the owning server's live session and return its result as it is.
+
+        The gateway's own failures (refused, server unavailable, crashed or silent) come back as
+        results with ``isError`` and a sentence saying what happened. A JSON-RPC error from the
+        server is raised unchanged (``McpError``).
+        """
+        from mcp import types
+        from mcp.shared.exceptions import McpError
+
+        if not self.forwarding:
+            return _error_result("this toolrank server only finds tools (started without --mcp-config); "
+                                 "call the tool on its own server")
+        await self._ready.wait()
+        why = self.refusal(server, tool)
+        if why:
+            log.info("refused a call to %r / %r", server, tool)
+            return _error_result(why)
+        b = self.backends[server]
+        request = types.ClientRequest(types.CallToolRequest(
+            params=types.CallToolRequestParams(name=tool, arguments=arguments)))
+        for attempt in (1, 2):
+            try:
+                session = await b.connect(self._holders)
+            except BackendUnavailable as exc:
+                return _error_result(f"server {server!r} is not available: {exc}. Nothing was run; "
+                                     "tell the user, or try again later.")
+            try:
+                # send_request, not ClientSession.call_tool: the result goes back exactly as the server
+                # sent it (call_tool would re-validate structured content and list tools again).
+                return await session.send_request(request, types.CallToolResult,
+                                                  request_read_timeout_seconds=timedelta(seconds=self.call_timeout_s))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                # The session had died before this call (the request never left): start it again, once.
+                b.drop(session)
+                if attempt == 2:
+                    return _error_result(f"server {server!r} keeps closing its connection; nothing was run.")
+            except McpError as exc:
+                msg = exc.error.message or ""
+                if exc.error.code == types.CONNECTION_CLOSED or "Connection closed" in msg:
+                    b.drop(session)
+                    log.warning("server %r closed the connection during a call to %r", server, tool)
+                    return _error_result(
+                        f"server {server!r} closed the connection during the call to {tool!r} (it may have "
+                        "crashed), so the call may or may not have taken effect. toolrank starts the server "
+                        "again on the next call.")
+                if "Timed out" in msg:
+                    return _error_result(
+                        f"server {server!r} did not answer the call to {tool!r} within {self.call_timeout_s:g} s; "
+                        "the call may still be running there.")
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover

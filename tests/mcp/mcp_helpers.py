@@ -1,0 +1,112 @@
+"""Shared by the MCP protocol tests: the test servers, configurations, and ``toolrank mcp`` run as a
+real subprocess driven by the SDK's own client (stdio or streamable HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SERVERS = HERE / "servers"
+PY = sys.executable
+FAKES = "gateway_fakes:components"
+
+
+def server(name: str, *args: str, **extra: Any) -> dict[str, Any]:
+    """A stdio entry of ``mcpServers`` that runs tests/mcp/servers/<name>.py."""
+    return {"command": PY, "args": [str(SERVERS / f"{name}.py"), *args], **extra}
+
+
+def write_config(path: Path, servers: dict[str, Any]) -> Path:
+    path.write_text(json.dumps({"mcpServers": servers}, indent=1))
+    return path
+
+
+def child_env(tmp: Path) -> dict[str, str]:
+    """What a toolrank subprocess needs: the checkout and tests/ importable, a private cache."""
+    paths = [str(ROOT), str(HERE), str(ROOT / "tests")]
+    return {"PYTHONPATH": os.pathsep.join(paths), "TOOLRANK_CACHE": str(tmp / "cache"),
+            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def toolrank_args(*args: str) -> list[str]:
+    """``toolrank ...`` through the real dispatcher (``python -m retrieval.cli``)."""
+    return ["-m", "retrieval.cli", *args]
+
+
+@asynccontextmanager
+async def stdio_gateway(tmp: Path, *args: str, fakes: bool = True,
+                        timeout_s: float = 20) -> AsyncIterator[ClientSession]:
+    """``toolrank mcp ARGS`` over stdio, initialized; its stderr goes to tmp/gateway.log."""
+    extra = ["--components", FAKES] if fakes else []
+    params = StdioServerParameters(command=PY, args=toolrank_args("mcp", *args, *extra), env=child_env(tmp),
+                                   cwd=str(ROOT))
+    with open(tmp / "gateway.log", "a") as log:
+        async with stdio_client(params, errlog=log) as (read, write):
+            async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=timeout_s)) as session:
+                await session.initialize()
+                yield session
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 15) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {port} after {timeout_s} s")
+
+
+def start(args: list[str], tmp: Path, port: int) -> subprocess.Popen:
+    """A subprocess that listens on ``port`` (waits until it does)."""
+    env = {**os.environ, **child_env(tmp)}
+    proc = subprocess.Popen([PY, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp / f"proc-{port}.log", "w"))
+    try:
+        wait_port(port, proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def payload(result: types.CallToolResult) -> dict[str, Any]:
+    """find_tools' structured answer, checked equal to its JSON text."""
+    assert result.structuredContent is not None, result
+    assert json.loads(result.content[0].text) == result.structuredContent
+    return result.structuredContent
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
