@@ -389,6 +389,8 @@ def _train_args(source: str) -> dict[str, Any]:
     for key in ("max_length", "max_description_chars", "examples"):
         if raw.get(key) not in (None, "", "None"):
             found[key] = int(raw[key])
+    if raw.get("training_data_hash"):  # the hash of what the run really trained on
+        found["training_data_hash"] = str(raw["training_data_hash"])
     return found
 
 
@@ -435,8 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     extra: dict[str, Any] = {"version": a.version, "record": record}
     if a.name:
         extra["name"] = a.name
-    if a.training_data_hash:
-        extra["training_data_hash"] = a.training_data_hash
+    if a.training_data_hash or trained.get("training_data_hash"):
+        extra["training_data_hash"] = a.training_data_hash or trained["training_data_hash"]
     cal = json.loads(a.calibration.read_text(encoding="utf-8")) if a.calibration else None
     out = export_onnx(a.source, a.out, max_length=max_length, quantize=a.quantize, per_channel=not a.per_tensor,
                       calibration=cal, extra_config=extra, truncation=a.truncation, overwrite=a.overwrite)

