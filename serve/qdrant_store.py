@@ -46,8 +46,28 @@ class QdrantStore:
         """Nothing to hold here: each write takes the collection's lease lock itself."""
         yield
 
+    def clean_leftovers(self) -> list[str]:
+        """Nothing on disk: an interrupted write is undone by the next writer that takes the lease lock."""
+        return []
+
     def current_version(self) -> int | None:
         return self.collection.head_version()
+
+    def versions_on_disk(self) -> list[int]:
+        """The committed head, as the one version there is to read ([] for an empty collection)."""
+        version = self.current_version()
+        return [] if version is None else [version]
+
+    def load_newest_readable(self) -> tuple[int, QdrantToolIndex, list[tuple[int, str]]]:
+        """The head version (Qdrant keeps no unreadable versions to skip).
+
+        Raises:
+            LookupError: the collection holds no index (dropped while serving).
+        """
+        version = self.current_version()
+        if version is None:
+            raise LookupError(f"{self.root} holds no toolrank index (dropped?); restart the service to reseed it")
+        return version, self.load(version), []
 
     def load(self, version: int) -> QdrantToolIndex:
         """A new index object at ``version`` or newer (the served ones are never changed in place)."""
