@@ -20,6 +20,42 @@ def _add_index_source(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--examples", type=Path, help="example requests JSONL for --catalog")
     g.add_argument("--no-examples", action="store_true", help="index without example requests")
+    _add_backend(p)
+
+
+def _add_backend(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("index backend (default: $TOOLRANK_BACKEND or embedded)")
+    g.add_argument("--backend", choices=["embedded", "qdrant"], help="embedded (bm25s + FAISS) or qdrant")
+    g.add_argument("--qdrant-url", metavar="URL", help="Qdrant server ($TOOLRANK_QDRANT_URL), e.g. http://localhost:6333")
+    g.add_argument("--qdrant-api-key", metavar="KEY", help="Qdrant API key ($TOOLRANK_QDRANT_API_KEY)")
+    g.add_argument("--qdrant-path", metavar="DIR", help="embedded Qdrant folder instead of a server ($TOOLRANK_QDRANT_PATH)")
+    g.add_argument("--collection", metavar="NAME", help="Qdrant collection ($TOOLRANK_COLLECTION, default toolrank)")
+
+
+def _backend(a: argparse.Namespace):
+    from .backends import BackendConfig
+
+    return BackendConfig.from_env(backend=a.backend, qdrant_url=a.qdrant_url, qdrant_api_key=a.qdrant_api_key,
+                                  qdrant_path=a.qdrant_path, collection=a.collection)
+
+
+def _qdrant_index(a: argparse.Namespace, backend):
+    """The collection (filled from the shipped catalog when empty), or a new one from --catalog."""
+    from .backends import qdrant_index
+    from .catalog import load_catalog, load_default_catalog, load_examples
+    from .default_index import load_or_build_default
+    from .qdrant_index import QdrantToolIndex
+
+    if a.index:
+        raise ValueError("--index names an embedded index folder; with --backend qdrant the index is the collection "
+                         "(--collection NAME)")
+    if a.catalog or a.examples:
+        cat = load_catalog(a.catalog) if a.catalog else load_default_catalog(False)
+        if a.examples:
+            cat = cat.with_examples(load_examples(a.examples))
+        return QdrantToolIndex.build(cat, config=backend.qdrant(), with_examples=not a.no_examples, show_progress=True)
+    return qdrant_index(backend.qdrant(), with_examples=not a.no_examples,
+                        seed=lambda: load_or_build_default(with_examples=not a.no_examples, show_progress=True))
 
 
 def _index_from(a: argparse.Namespace):
@@ -27,6 +63,9 @@ def _index_from(a: argparse.Namespace):
     from .default_index import load_or_build_default
     from .index import ToolIndex
 
+    backend = _backend(a)
+    if backend.backend == "qdrant":
+        return _qdrant_index(a, backend)
     if a.index and a.catalog:
         raise ValueError("give --index or --catalog, not both")
     if a.index:
@@ -53,12 +92,37 @@ def cmd_index(a: argparse.Namespace) -> int:
     from .catalog import load_catalog, load_examples
     from .index import ToolIndex
 
+    backend = _backend(a)
+    if backend.backend == "qdrant":
+        return _index_qdrant(a, backend)
+    if a.recreate:
+        raise ValueError("--recreate rebuilds a Qdrant collection; with the embedded backend --out is replaced anyway")
+    if a.out is None:
+        raise ValueError("--catalog needs --out DIR (the index folder to write)")
     cat = load_catalog(a.catalog)
     if a.examples:
         cat = cat.with_examples(load_examples(a.examples))
     index = ToolIndex.build(cat, with_examples=not a.no_examples, show_progress=True)
     out = index.save(a.out)
     print(f"indexed {len(cat)} tools from {len(cat.servers)} servers into {out}")
+    return 0
+
+
+def _index_qdrant(a: argparse.Namespace, backend) -> int:
+    """`toolrank index --backend qdrant --catalog FILE [--recreate]`: build the collection."""
+    from .catalog import load_catalog, load_examples
+    from .qdrant_index import QdrantToolIndex
+
+    if getattr(a, "mcp_config", None) or a.out is not None or getattr(a, "index", None) is not None:
+        raise ValueError("with --backend qdrant the index goes into the collection (--collection NAME): give "
+                         "--catalog FILE, without --out, --index or --mcp-config")
+    cat = load_catalog(a.catalog)
+    if a.examples:
+        cat = cat.with_examples(load_examples(a.examples))
+    index = QdrantToolIndex.build(cat, config=backend.qdrant(), with_examples=not a.no_examples, show_progress=True,
+                                  recreate=a.recreate)
+    print(f"indexed {len(cat)} tools from {len(cat.servers)} servers into {index.collection.config.where} "
+          f"(version {index.version})")
     return 0
 
 
@@ -179,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--catalog", type=Path, required=True)
     s.add_argument("--examples", type=Path)
     s.add_argument("--no-examples", action="store_true")
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--out", type=Path, help="index folder to write (embedded backend)")
+    s.add_argument("--recreate", action="store_true", help="with --backend qdrant: replace an existing collection")
+    _add_backend(s)
     s.set_defaults(func=cmd_index)
 
     s = sub.add_parser("search", help="find the tools for one request")

@@ -106,7 +106,13 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
 
         parts = default_parts(state.settings)
         load, seed, make, scorer = parts.load, parts.seed, parts.make_pipeline, parts.scorer
-    engine = Engine(IndexStore(root, load, keep=state.settings.keep_versions), make, seed)
+    if state.settings.backend == "qdrant":  # one shared collection: no folder, no polling
+        from .qdrant_store import qdrant_store
+
+        store, seed = qdrant_store(state.settings, seed, getattr(pipeline, "index", None))
+    else:
+        store = IndexStore(root, load, keep=state.settings.keep_versions)
+    engine = Engine(store, make, seed)
 
     def on_swap(snap: Snapshot) -> None:
         state.metrics.index_version.set(snap.version)
@@ -229,6 +235,12 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         if state.engine is None:
             raise ServiceError(503, "not_ready", f"the service is not ready ({state.detail}); retry in a few seconds",
                                headers={"Retry-After": "5"})
+        if getattr(state.engine.store, "read_through", False):  # Qdrant: serve the newest committed version
+            try:
+                state.engine.refresh()
+            except Exception:
+                log.warning("could not read the index backend's newest version; serving the last one",
+                            exc_info=True)
         return state.engine.snapshot
 
     def engine_of() -> Engine:

@@ -31,6 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", type=Path, dest="index_dir",
                    help="index store folder shared by workers and replicas (seeded on first start)")
     p.add_argument("--catalog", type=Path, help="catalog file to build the first index from (empty store only)")
+    p.add_argument("--backend", choices=["embedded", "qdrant"], default=None,
+                   help="index backend: embedded (default; bm25s + FAISS per worker, --index folder) or qdrant "
+                        "(one shared collection, no folder)")
+    p.add_argument("--qdrant-url", metavar="URL", help="Qdrant server for --backend qdrant (http://host:6333)")
+    p.add_argument("--qdrant-api-key", metavar="KEY",
+                   help="Qdrant API key (prefer TOOLRANK_QDRANT_API_KEY: options are visible to other users)")
+    p.add_argument("--qdrant-path", type=Path, metavar="DIR", help="embedded Qdrant folder instead of a server (1 worker)")
+    p.add_argument("--collection", help="Qdrant collection (default toolrank)")
     p.add_argument("--model", type=Path, dest="model_dir", help="scorer model folder (default: the shipped one)")
     p.add_argument("--no-suggestions", action="store_true",
                    help="no public-server suggestions on no_fit (skips loading the shipped catalog's index)")
@@ -55,6 +63,11 @@ def _env_for(args: argparse.Namespace) -> dict[str, str]:
             env[f"TOOLRANK_{name}"] = str(Path(value).resolve())
     if args.no_suggestions:
         env["TOOLRANK_PUBLIC_SUGGESTIONS"] = "0"
+    for name, value in (("BACKEND", args.backend), ("QDRANT_URL", args.qdrant_url),
+                        ("QDRANT_API_KEY", args.qdrant_api_key), ("COLLECTION", args.collection),
+                        ("QDRANT_PATH", args.qdrant_path and Path(args.qdrant_path).resolve())):
+        if value is not None:
+            env[f"TOOLRANK_{name}"] = str(value)
     if args.poll_interval is not None:
         env["TOOLRANK_POLL_INTERVAL_S"] = str(args.poll_interval)
     return env
@@ -95,8 +108,13 @@ def main(argv: list[str] | None = None) -> int:
                          f"Serving on {args.host} only; pass --config FILE for API keys and tenants.\n")
 
     env = _env_for(args)
+    backend = env.get("TOOLRANK_BACKEND") or os.environ.get("TOOLRANK_BACKEND") or "embedded"
+    if backend == "qdrant" and args.workers > 1 and (env.get("TOOLRANK_QDRANT_PATH") or os.environ.get("TOOLRANK_QDRANT_PATH")):
+        sys.stderr.write(f"--workers {args.workers}: an embedded Qdrant (--qdrant-path) serves one process; "
+                         "run a Qdrant server (docker run -p 6333:6333 qdrant/qdrant) and pass --qdrant-url\n")
+        return 2
     cleanup: list[Path] = []
-    if args.workers > 1 and args.index_dir is None:  # workers must share one store to share updates
+    if args.workers > 1 and args.index_dir is None and backend != "qdrant":  # workers must share one store
         store = Path(tempfile.mkdtemp(prefix="toolrank-store-"))
         cleanup.append(store)
         env["TOOLRANK_INDEX_DIR"] = str(store)
@@ -118,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings()
         if settings.config is not None:
             load_tenants(settings.config)
-    except (ValidationError, TenantConfigError) as exc:
+        if settings.backend == "qdrant" and settings.qdrant_url is not None:  # unreachable: one line, now
+            from retrieval.qdrant_index import QdrantCollection, QdrantConfig
+
+            key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key is not None else None
+            QdrantCollection.connect(QdrantConfig(url=settings.qdrant_url, api_key=key, collection=settings.collection))
+    except (ValidationError, TenantConfigError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         for name, value in previous.items():  # leave the caller's environment as it was
             if value is None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -45,9 +47,29 @@ class Settings(BaseSettings):
     poll_interval_s: float = Field(
         2.0, gt=0, le=60, description="How often a worker checks the store for a newer index version.")
     keep_versions: int = Field(5, ge=2, le=100, description="Index versions kept on disk (older ones are deleted).")
+    backend: Literal["embedded", "qdrant"] = Field(
+        "embedded", description="Index backend: 'embedded' (bm25s + FAISS in each worker, a shared index folder) or "
+                                "'qdrant' (one shared Qdrant collection; workers and replicas hold no index).")
+    qdrant_url: str | None = Field(None, description="Qdrant server for backend 'qdrant' (http://host:6333).")
+    qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server, if it has one.")
+    qdrant_path: Path | None = Field(
+        None, description="An embedded Qdrant (local mode) in this folder instead of a server: one worker only.")
+    collection: str = Field("toolrank", min_length=1, max_length=255, description="Qdrant collection name.")
     max_body_bytes: int = Field(MIB, ge=1024, le=64 * MIB, description="Largest accepted request body (413 above).")
     max_concurrency: int = Field(
         4, ge=1, le=256, description="Pipeline calls run at once per worker; further requests wait their turn.")
+
+    @model_validator(mode="after")
+    def _backend_is_configured(self) -> "Settings":
+        if self.backend == "qdrant" and (self.qdrant_url is None) == (self.qdrant_path is None):
+            raise ValueError("backend 'qdrant' needs TOOLRANK_QDRANT_URL (a server, e.g. http://localhost:6333) or "
+                             "TOOLRANK_QDRANT_PATH (an embedded Qdrant for one worker), exactly one of them")
+        if self.backend == "embedded" and (self.qdrant_url is not None or self.qdrant_path is not None):
+            raise ValueError("a Qdrant URL or path is set but the backend is 'embedded': set TOOLRANK_BACKEND=qdrant "
+                             "(--backend qdrant), or unset TOOLRANK_QDRANT_URL / TOOLRANK_QDRANT_PATH")
+        if self.qdrant_url is not None and not self.qdrant_url.startswith(("http://", "https://")):
+            raise ValueError(f"TOOLRANK_QDRANT_URL {self.qdrant_url!r} must start with http:// or https://")
+        return self
 
     @model_validator(mode="after")
     def _auth_is_configured(self) -> "Settings":
