@@ -15,6 +15,7 @@ from .catalog import CatalogError, ToolId
 from .eligibility import Eligibility
 from .hits import Hit
 from .index import ToolIndex
+from .jsonl import split_lines
 from .paired import paired_top1
 
 __all__ = ["Query", "load_queries", "evaluate", "format_report", "STAGES", "draw_organisation"]
@@ -47,7 +48,7 @@ def load_queries(path: str | Path, split: str | None = None) -> list[Query]:
     if not path.exists():
         raise CatalogError(f"{path}: queries file not found")
     out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(split_lines(path.read_text(encoding="utf-8")), 1):
         if not line.strip():
             continue
         try:

@@ -21,6 +21,7 @@ import numpy as np
 
 from .bm25 import BM25Index
 from .catalog import Catalog, CatalogError, Tool, ToolId
+from .jsonl import dumps_line, split_lines
 from .dense import DenseIndex
 from .eligibility import Eligibility
 from .encoder import Encoder, OnnxEncoder
@@ -104,7 +105,9 @@ class ToolIndex:
         parts = [self._vectors[t.id][1] for t in catalog.tools]
         vectors = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
         owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(parts)]) if parts else np.zeros(0, int)
-        bm25 = bm25 if bm25 is not None and bm25.n_docs == len(docs) else BM25Index.build(docs)
+        # a BM25 saved without term frequencies cannot score a tenant's search with its own statistics
+        bm25 = bm25 if bm25 is not None and bm25.n_docs == len(docs) and bm25.tenant_invariant \
+            else BM25Index.build(docs)
         dense = DenseIndex(vectors, owner, len(catalog.tools))
         servers = catalog.servers
         server_code = {s: i for i, s in enumerate(servers)}
@@ -255,12 +258,14 @@ class ToolIndex:
             try:
                 with open(tmp / "tools.jsonl", "w", encoding="utf-8") as fh:
                     for t in self.catalog.tools:
-                        fh.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
-                (tmp / "servers.json").write_text(json.dumps(self.catalog.server_descriptions, ensure_ascii=False))
+                        fh.write(dumps_line(t.to_dict()) + "\n")  # U+2028 and friends escaped
+                (tmp / "servers.json").write_text(json.dumps(self.catalog.server_descriptions, ensure_ascii=False),
+                                                  encoding="utf-8")
                 self._bm25.save(tmp / "bm25")
                 np.save(tmp / "vectors.npy", self._dense.vectors)
                 np.save(tmp / "owner.npy", self._dense.owner)
-                (tmp / "manifest.json").write_text(json.dumps(self.manifest(), indent=1, ensure_ascii=False))
+                (tmp / "manifest.json").write_text(json.dumps(self.manifest(), indent=1, ensure_ascii=False),
+                                                   encoding="utf-8")
                 old = None
                 if directory.exists():
                     old = directory.with_name(f".{directory.name}.old-{os.getpid()}-{time.time_ns()}")
@@ -285,7 +290,7 @@ class ToolIndex:
         if not mpath.exists():
             raise IndexLoadError(f"{directory} is not a toolrank index (no manifest.json); build one with `toolrank index`")
         try:
-            manifest = json.loads(mpath.read_text())
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise IndexLoadError(f"{mpath}: invalid JSON ({exc.msg})") from None
         if manifest.get("format_version") != FORMAT_VERSION:
@@ -297,7 +302,7 @@ class ToolIndex:
             raise IndexLoadError(f"{directory}: incomplete index, missing {', '.join(missing)}; rebuild it")
         try:
             tools = [Tool.from_dict(json.loads(line))
-                     for line in (directory / "tools.jsonl").read_text(encoding="utf-8").splitlines() if line]
+                     for line in split_lines((directory / "tools.jsonl").read_text(encoding="utf-8")) if line]
             catalog = Catalog(tools, json.loads((directory / "servers.json").read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and CatalogError are ValueErrors
             raise IndexLoadError(f"{directory}: corrupt tool table ({type(exc).__name__}: {exc}); rebuild it") from None

@@ -13,9 +13,13 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
+import math
 import shutil
 import tempfile
+import time
+import unicodedata
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -23,21 +27,24 @@ import anyio
 from fastapi import Depends, FastAPI, Path as PathParam, Request, Response
 from fastapi.responses import JSONResponse
 
-from retrieval.catalog import CatalogError, Tool, ToolId, tools_from_mcp_list
+from retrieval.catalog import CatalogError, Tool, ToolId, check_name, tools_from_mcp_list
+from retrieval.jsonl import dumps_line, round_trips
 from retrieval.results import ScoredTool, SearchResult
 
+from .admission import Admission, QueueFull, RateLimiter, WaitTimedOut
 from .engine import Engine, Snapshot, load_like, rebind
 from .errors import ServiceError, install_error_handlers
 from .index_store import IndexStore
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .middleware import BodySizeLimit, RequestContext
 from .schemas import (
-    MAX_NAME_CHARS, CandidateScore, ErrorResponse, Health, ModelInfo, PreviousAttempt, Readiness,
-    ScoreRequest, ScoreResponse, SearchRequest, SearchResponse, ServerChange, ServerDetail, ServerList,
-    ServerSummary, ServerUpdate, TokenFigures, ToolResult,
+    MAX_BODY_DEPTH, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH, CandidateScore, ErrorResponse, Health, ModelInfo,
+    PreviousAttempt, Readiness, ScoreRequest, ScoreResponse, SearchRequest, SearchResponse, ServerChange,
+    ServerDetail, ServerList, ServerSummary, ServerUpdate, TokenFigures, ToolResult,
 )
 from .settings import Settings
 from .tenants import DEV_TENANT, Tenant, Tenants, load_tenants
+from .work import WorkCancelled, WorkToken, run_with
 
 __all__ = ["create_app", "ServiceState"]
 
@@ -47,9 +54,11 @@ _ERRORS = {status: {"model": ErrorResponse, "description": text} for status, tex
     401: "No API key, or a key that is not valid.",
     413: "The body is larger than the limit.",
     422: "Invalid input: the message names the field and the fix.",
-    503: "Not ready yet (index loading), or no scorer model loaded.",
+    429: "The tenant's request rate is over its limit; retry after Retry-After seconds.",
+    503: "Not ready yet (index loading), no scorer model loaded, or overloaded (queue full, deadline passed): "
+         "retry after Retry-After seconds.",
 }.items()}
-_READ_ERRORS = {k: v for k, v in _ERRORS.items() if k in (401, 422, 503)}
+_READ_ERRORS = {k: v for k, v in _ERRORS.items() if k in (401, 422, 429, 503)}
 _ADMIN_ERRORS = {**_ERRORS, 403: {"model": ErrorResponse, "description": "The key is not an admin key."}}
 _NOT_FOUND = {404: {"model": ErrorResponse, "description": "No server of that name is available to the caller."}}
 
@@ -58,7 +67,7 @@ ServerName = PathParam(min_length=1, max_length=MAX_NAME_CHARS, description="Ser
 
 
 class ServiceState:
-    """Per-app state: status, engine, scorer status and the limiter for pipeline calls."""
+    """Per-app state: status, engine, scorer status, the admission queue and rate limits."""
 
     def __init__(self, settings: Settings, tenants: Tenants | None, metrics: Metrics):
         self.settings = settings
@@ -68,17 +77,86 @@ class ServiceState:
         self.detail = "loading the index and the model"
         self.engine: Engine | None = None
         self.scorer: dict[str, Any] = {}
-        self._limiter: anyio.CapacityLimiter | None = None
+        self.notes: dict[str, str] = {}   # what /readyz adds to its detail (fallbacks, background work)
+        self.admission = Admission(settings.max_concurrency, settings.max_queue)
+        self.rates = RateLimiter()
 
-    @property
-    def limiter(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.settings.max_concurrency)
-        return self._limiter
+    async def run(self, request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run blocking pipeline work in a thread, under the worker's admission control.
 
-    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run blocking pipeline work in a thread, at most ``max_concurrency`` at once."""
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self.limiter)
+        At most ``max_concurrency`` calls run at once and ``max_queue`` wait; the request's
+        deadline (``request_timeout_s``) covers the wait and the work. When the client hangs
+        up, or the deadline passes, the work stops at its next checkpoint (the real scorer
+        checks before every batch) and a request still waiting leaves the queue.
+
+        Raises:
+            ServiceError: 503 (queue full, deadline passed) with Retry-After, or 499 (client gone).
+        """
+        token = WorkToken(time.monotonic() + self.settings.request_timeout_s)
+        gone = asyncio.Event()
+
+        async def watch() -> None:  # the body has been read: the next message can only be a disconnect
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    token.cancel("disconnected")
+                    gone.set()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self._admit(token, gone)
+            started = time.monotonic()
+            try:
+                return await anyio.to_thread.run_sync(functools.partial(run_with, token, fn, *args, **kwargs))
+            except WorkCancelled as exc:
+                raise self._stopped(exc.reason) from None
+            finally:
+                self.admission.release(time.monotonic() - started)
+        finally:
+            watcher.cancel()
+
+    async def _admit(self, token: WorkToken, gone: asyncio.Event) -> None:
+        acquire = asyncio.ensure_future(self.admission.acquire(token.remaining()))
+        left = asyncio.ensure_future(gone.wait())
+        try:
+            await asyncio.wait({acquire, left}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+            if not acquire.done():
+                acquire.cancel()
+                try:
+                    await acquire
+                except asyncio.CancelledError:
+                    pass
+                else:  # got the slot just as the client left: give it back
+                    self.admission.release()
+        if acquire.cancelled():
+            raise self._stopped("disconnected")
+        try:
+            acquire.result()
+        except QueueFull as exc:
+            self.metrics.rejections.labels("queue_full").inc()
+            raise ServiceError(503, "overloaded",
+                               f"the service is at capacity ({self.admission.running} requests running, "
+                               f"{self.admission.waiting} waiting); retry after {exc.retry_after} s",
+                               headers={"Retry-After": str(exc.retry_after)}) from None
+        except WaitTimedOut:
+            raise self._stopped("deadline") from None
+        if token.reason is not None:  # the client left while the slot was being handed over
+            self.admission.release()
+            raise self._stopped(token.reason)
+
+    def _stopped(self, reason: str) -> ServiceError:
+        if reason == "disconnected":
+            self.metrics.rejections.labels("client_gone").inc()
+            return ServiceError(499, "client_closed_request", "the client closed the connection; the work was stopped")
+        self.metrics.rejections.labels("deadline").inc()
+        retry = self.admission.retry_after()
+        return ServiceError(503, "deadline_exceeded",
+                            f"no answer within the {self.settings.request_timeout_s:g} s deadline (the service is "
+                            f"busy); retry after {retry} s, or send fewer candidates",
+                            headers={"Retry-After": str(retry)})
 
 
 # ------------------------------------------------------------------ pipeline parts
@@ -119,7 +197,13 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
         state.metrics.index_swaps.inc()
 
     engine.on_swap = on_swap
+    if pipeline is None:
+        parts.notes = state.notes  # background work shows in /readyz
+        parts.on_public_ready = lambda: _remake_served(state, engine)  # suggestions built in the background
     engine.start()
+    if engine.unreadable:
+        state.notes["store"] = (f"serving index version {engine.snapshot.version}: newer version(s) "
+                                f"{', '.join(f'v{v}' for v in sorted(engine.unreadable))} could not be read (see the log)")
     for tenant in state.tenants.all() if state.tenants is not None else ():
         try:
             _policy(engine.snapshot.pipeline, tenant)
@@ -130,6 +214,12 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
     state.engine = engine
     state.status = "ready"
     state.detail = "" if scorer.get("loaded") else str(scorer.get("detail", "no scorer model loaded"))
+
+
+def _remake_served(state: ServiceState, engine: Engine) -> None:
+    """The public suggestion index finished loading: serve the same version with it."""
+    engine.remake()
+    state.notes.pop("public", None)
 
 
 # ------------------------------------------------------------------ the app
@@ -204,7 +294,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     )
     app.state.toolrank = state
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, max_depth=MAX_BODY_DEPTH,
+                       depth_hint=f" (an inputSchema may nest at most {MAX_SCHEMA_DEPTH} levels)")
     app.add_middleware(RequestContext, metrics=metrics)  # outermost: sees every status, 413 included
 
     # -------------------------------------------------------------- dependencies
@@ -224,6 +315,13 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                                    headers={"WWW-Authenticate": "Bearer"})
             tenant = found
         request.state.tenant = tenant.name
+        if tenant.rate_per_s is not None:
+            wait = state.rates.take(tenant.name, tenant.rate_per_s, tenant.burst or 1)
+            if wait > 0:
+                retry = max(1, math.ceil(wait))
+                metrics.rejections.labels("rate_limited").inc()
+                raise ServiceError(429, "rate_limited", f"over this key's limit of {tenant.rate_per_s:g} requests a "
+                                   f"second; retry after {retry} s", headers={"Retry-After": str(retry)})
         return tenant
 
     def admin_of(tenant: Tenant = Depends(tenant_of)) -> Tenant:
@@ -252,12 +350,12 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
 
     @app.post("/v1/score", response_model=ScoreResponse, responses=_ERRORS, tags=["ranking"],
               summary="Probability that each candidate tool fits the request")
-    async def score(body: ScoreRequest, tenant: Tenant = Depends(tenant_of),
+    async def score(body: ScoreRequest, request: Request, tenant: Tenant = Depends(tenant_of),
                     snap: Snapshot = Depends(snapshot_of)) -> ScoreResponse:
         if not state.scorer.get("loaded", False):
             raise ServiceError(503, "no_scorer", "no scorer model is loaded on this service; start it with --model DIR")
         tools = [Tool(c.server, c.name, c.description) for c in body.candidates]
-        probs = await state.run(snap.pipeline.score, body.request, body.need, tools)
+        probs = await state.run(request, snap.pipeline.score, body.request, body.need, tools)
         probs = [float(p) for p in probs]
         if len(probs) != len(tools) or any(not 0.0 <= p <= 1.0 for p in probs):
             raise RuntimeError(f"scorer returned {len(probs)} values for {len(tools)} candidates, or values outside [0, 1]")
@@ -266,16 +364,16 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
 
     @app.post("/v1/search", response_model=SearchResponse, responses=_ERRORS, tags=["ranking"],
               summary="The caller's tools that fit the request, ranked, with a decision")
-    async def search(body: SearchRequest, tenant: Tenant = Depends(tenant_of),
+    async def search(body: SearchRequest, request: Request, tenant: Tenant = Depends(tenant_of),
                      snap: Snapshot = Depends(snapshot_of)) -> SearchResponse:
         pipeline = snap.pipeline
         result = await state.run(
-            pipeline.search, body.request, body.need,
+            request, pipeline.search, body.request, body.need,
             eligible=tenant.eligibility, previous=_previous(body.previous, tenant), k=body.k,
             explain=body.explain, fmt=body.format, policy=_policy(pipeline, tenant))
         result = _visible_result(result, tenant, snap)
         metrics.decisions.labels(result.decision).inc()
-        return _search_response(result, snap, body.explain)
+        return _search_response(result, snap, body.explain, await _view_version(snap, tenant))
 
     # -------------------------------------------------------------- catalog
 
@@ -289,20 +387,21 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                 counts[t.server] = counts.get(t.server, 0) + 1
         servers = [ServerSummary(name=s, description=catalog.server_descriptions.get(s, ""), tools=counts.get(s, 0))
                    for s in catalog.servers if tenant.sees_server(s)]
-        return ServerList(servers=servers, index_version=snap.version)
+        return ServerList(servers=servers, index_version=await _view_version(snap, tenant))
 
     @app.get("/v1/servers/{name}", response_model=ServerDetail, responses={**_READ_ERRORS, **_NOT_FOUND},
              tags=["catalog"], summary="One of the caller's servers, with its tools")
     async def get_server(name: str = ServerName, tenant: Tenant = Depends(tenant_of),
                          snap: Snapshot = Depends(snapshot_of)) -> ServerDetail:
         catalog = snap.catalog
-        tools = [t for t in catalog.server_tools(name) if tenant.sees_tool(t.id)] if tenant.sees_server(name) else []
+        found = _stored_name(name, catalog)
+        tools = [t for t in catalog.server_tools(found) if tenant.sees_tool(t.id)] if tenant.sees_server(found) else []
         if not tools:
             raise _no_such_server(name)
-        return ServerDetail(name=name, description=catalog.server_descriptions.get(name, ""),
+        return ServerDetail(name=found, description=catalog.server_descriptions.get(found, ""),
                             tools=[{"name": t.name, "description": t.description, "inputSchema": t.input_schema}
                                    for t in tools],
-                            index_version=snap.version)
+                            index_version=await _view_version(snap, tenant))
 
     @app.put("/v1/servers/{name}", response_model=ServerChange, tags=["catalog"],
              responses={**_ADMIN_ERRORS, 201: {"model": ServerChange, "description": "The server was new."}},
@@ -311,8 +410,12 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                          "index version; every worker serves it within the pick-up bound.")
     async def put_server(body: ServerUpdate, response: Response, name: str = ServerName,
                          tenant: Tenant = Depends(admin_of), engine: Engine = Depends(engine_of)) -> ServerChange:
-        if not name.strip() or "/" in name:
-            raise ServiceError(422, "invalid_server_name", f"server name {name!r} must be non-blank and contain no '/'")
+        try:
+            name = check_name(name, "server name")
+        except CatalogError as exc:
+            raise ServiceError(422, "invalid_server_name", str(exc)) from None
+        if "/" in name:
+            raise ServiceError(422, "invalid_server_name", f"server name {name!r} must contain no '/'")
         where = f"PUT /v1/servers/{name}"
         try:
             tools = tools_from_mcp_list(name, body.description, {"tools": [t.model_dump() for t in body.tools]}, where)
@@ -321,14 +424,21 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         names = [t.name for t in tools]
         dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
         if dup is not None:
-            raise ServiceError(422, "invalid_catalog", f"{where}: tool name {dup!r} appears twice in 'tools'; "
-                               "tool names must be unique on a server")
-        unknown = sorted(set(body.examples or {}) - set(names))
+            raise ServiceError(422, "invalid_catalog", f"{where}: tool name {dup!r} appears twice in 'tools' "
+                               "(after NFC normalisation); tool names must be unique on a server")
+        examples = None if body.examples is None else \
+            {unicodedata.normalize("NFC", k): v for k, v in body.examples.items()}
+        unknown = sorted(set(examples or {}) - set(names))
         if unknown:
             raise ServiceError(422, "invalid_catalog", f"{where}: 'examples' names {unknown[0]!r}, which is not in "
                                "'tools'; key examples by the names of the tools you send")
+        # Refuse here whatever the store could not write and read back unchanged: nothing is written.
+        for t in tools:
+            if not round_trips({**t.to_dict(), "examples": (examples or {}).get(t.name, [])}):
+                raise ServiceError(422, "invalid_catalog", f"{where}: tool {t.name!r} cannot be stored as JSON and "
+                                   "read back unchanged; send plain JSON text and finite numbers")
         try:
-            outcome = await anyio.to_thread.run_sync(engine.upsert_server, name, body.description, tools, body.examples)
+            outcome = await anyio.to_thread.run_sync(engine.upsert_server, name, body.description, tools, examples)
         except CatalogError as exc:
             raise ServiceError(422, "invalid_catalog", str(exc)) from None
         metrics.catalog_updates.labels("upsert").inc()
@@ -341,7 +451,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                 tags=["catalog"], summary="Remove a server and its tools (admin)")
     async def delete_server(name: str = ServerName, tenant: Tenant = Depends(admin_of),
                             engine: Engine = Depends(engine_of)) -> ServerChange:
-        outcome = await anyio.to_thread.run_sync(engine.remove_server, name)
+        outcome = await anyio.to_thread.run_sync(engine.remove_server, _stored_name(name, engine.snapshot.catalog))
         if not outcome.changed:
             raise _no_such_server(name)
         metrics.catalog_updates.labels("delete").inc()
@@ -357,16 +467,30 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
 
     @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}}, tags=["probes"],
              summary="Index and model loaded (503 until then)")
-    async def readyz() -> JSONResponse:
+    async def readyz(request: Request) -> JSONResponse:
         ready = state.engine is not None
+        # The version number moves with every catalog change: only admins may watch it.
+        admin = settings.auth_disabled or _is_admin(request)
+        parts = [state.detail] if state.detail else []
+        if admin:  # fallbacks and background work name store versions
+            parts += state.notes.values()
+        detail = "; ".join(parts)
         body = Readiness(ready=ready, status=state.status,
-                         index_version=state.engine.snapshot.version if ready else None,
-                         scorer=state.scorer, detail=state.detail)
+                         index_version=state.engine.snapshot.version if ready and admin else None,
+                         scorer=state.scorer, detail=detail)
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
-    @app.get("/metrics", tags=["probes"], summary="Prometheus metrics",
-             response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
-    async def prometheus() -> Response:
+    def _is_admin(request: Request) -> bool:
+        key = _presented_key(request)
+        found = state.tenants.authenticate(key) if key and state.tenants is not None else None
+        return found is not None and found.admin
+
+    @app.get("/metrics", tags=["probes"], summary="Prometheus metrics (admin key, unless metrics_public)",
+             response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
+                                                 401: _ERRORS[401], 403: _ADMIN_ERRORS[403]})
+    async def prometheus(request: Request) -> Response:
+        if not (settings.metrics_public or settings.auth_disabled):
+            admin_of(tenant_of(request))  # its counters show catalog activity: admins only
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app
@@ -391,6 +515,41 @@ def _presented_key(request: Request) -> str | None:
             return value.strip()
     key = request.headers.get("x-api-key")
     return key.strip() if key and key.strip() else None
+
+
+def _stored_name(name: str, catalog: Any) -> str:
+    """The server a path names: as given, or its NFC form (names are stored NFC-normalised)."""
+    if name in catalog.server_descriptions:
+        return name
+    return unicodedata.normalize("NFC", name)
+
+
+async def _view_version(snap: Snapshot, tenant: Tenant) -> int:
+    """The index version as ``tenant`` may see it.
+
+    Admins and tenants allowed every server see the store's version. For a tenant restricted
+    to some servers it is a 52-bit fingerprint of what it can see (its servers' descriptions
+    and its tools' content), so a change to a server hidden from it changes nothing it gets.
+    """
+    if tenant.sees_everything:
+        return snap.version
+    key = (tenant.eligibility.servers, tenant.eligibility.tools)
+    found = snap.views.get(key)
+    if found is None:
+        found = await anyio.to_thread.run_sync(_fingerprint, snap.catalog, tenant)
+        if len(snap.views) > 1024:  # tenants are few; bound it anyway
+            snap.views.clear()
+        snap.views[key] = found
+    return found
+
+
+def _fingerprint(catalog: Any, tenant: Tenant) -> int:
+    h = hashlib.sha256()
+    for server in sorted(s for s in catalog.servers if tenant.sees_server(s)):
+        h.update(dumps_line([server, catalog.server_descriptions.get(server, "")]).encode("utf-8") + b"\n")
+    for line in sorted(dumps_line([t.server, t.name, t.content_hash()]) for t in catalog.tools if tenant.sees_tool(t.id)):
+        h.update(line.encode("utf-8") + b"\n")
+    return int(h.hexdigest()[:13], 16)
 
 
 def _no_such_server(name: str) -> ServiceError:
@@ -447,7 +606,7 @@ def _visible_result(result: SearchResult, tenant: Tenant, snap: Snapshot) -> Sea
                                best_probability=best, message=_GENERIC_MESSAGES.get(result.decision, ""))
 
 
-def _search_response(result: SearchResult, snap: Snapshot, explain: bool) -> SearchResponse:
+def _search_response(result: SearchResult, snap: Snapshot, explain: bool, version: int) -> SearchResponse:
     tokens = None
     if result.tokens is not None:
         tokens = TokenFigures(selected=int(result.tokens.selected), catalog=int(result.tokens.catalog),
@@ -463,6 +622,6 @@ def _search_response(result: SearchResult, snap: Snapshot, explain: bool) -> Sea
         message=result.message,
         suggestions=list(result.suggestions),
         restricted_to=list(result.restricted_to),
-        index_version=snap.version,
+        index_version=version,
         model=ModelInfo(**_model_info(snap.pipeline)),
     )

@@ -26,8 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--config", type=Path, help="tenants file (TOML/JSON): API key hashes, servers, thresholds. "
-                                              "Without it the service runs open, on loopback only.")
+    p.add_argument("--config", type=Path, help="tenants file (TOML/JSON): API key hashes, servers, thresholds "
+                                              "(default: $TOOLRANK_CONFIG). Without either the service runs open, "
+                                              "on loopback only.")
     p.add_argument("--index", type=Path, dest="index_dir",
                    help="index store folder shared by workers and replicas (seeded on first start)")
     p.add_argument("--catalog", type=Path, help="catalog file to build the first index from (empty store only)")
@@ -52,10 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _config_from(args: argparse.Namespace) -> Path | None:
+    """The tenants file: ``--config``, else ``TOOLRANK_CONFIG`` from the environment."""
+    if args.config is not None:
+        return args.config
+    from_env = os.environ.get("TOOLRANK_CONFIG", "").strip()
+    return Path(from_env) if from_env else None
+
+
 def _env_for(args: argparse.Namespace) -> dict[str, str]:
     env = {}
-    if args.config is not None:
-        env["TOOLRANK_CONFIG"] = str(args.config.resolve())
+    config = _config_from(args)
+    if config is not None:
+        env["TOOLRANK_CONFIG"] = str(config.resolve())
     else:
         env["TOOLRANK_AUTH_DISABLED"] = "1"
     for name, value in (("INDEX_DIR", args.index_dir), ("CATALOG", args.catalog), ("MODEL_DIR", args.model_dir)):
@@ -99,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if path is not None and not ok(path):
             sys.stderr.write(f"{flag} {path}: not usable; {fix}\n")
             return 2
-    if args.config is None:
+    if _config_from(args) is None:
         if args.host not in LOOPBACK:
             sys.stderr.write(f"refusing to serve without API keys on {args.host}: pass --config FILE (tenants and "
                              "key hashes), or bind --host 127.0.0.1 for local development\n")

@@ -11,9 +11,12 @@ import copy
 import dataclasses
 import logging
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from retrieval.catalog import CatalogError, confusable_with
 
 from .index_store import IndexStore
 
@@ -58,6 +61,8 @@ class Snapshot:
 
     pipeline: Any
     version: int
+    # Per-tenant view fingerprints of this version (see serve.app), filled on first use.
+    views: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def index(self) -> Any:
@@ -94,6 +99,9 @@ class Engine:
         self._write_lock = threading.Lock()  # one writer per process; flock orders processes
         self._snapshot: Snapshot | None = None
         self.on_swap: Callable[[Snapshot], None] | None = None
+        self.unreadable: dict[int, str] = {}         # versions that failed to load, and why
+        self._failed_at: dict[int, float] = {}       # when refresh last failed on a version
+        self.retry_unreadable_s = 30.0
 
     @property
     def snapshot(self) -> Snapshot:
@@ -117,28 +125,76 @@ class Engine:
             self.on_swap(snap)
         return True
 
+    def remake(self) -> None:
+        """Serve the current version through a freshly made pipeline (e.g. once the public
+        suggestion index has loaded); the version number stays the same."""
+        with self._swap_lock:
+            snap = self._snapshot
+            if snap is None:
+                return
+            self._snapshot = Snapshot(self._make_pipeline(snap.index), snap.version)
+        log.info("index version %d: pipeline remade", snap.version)
+
     # ------------------------------------------------------------------ start and refresh
 
     def start(self) -> Snapshot:
-        """Seed the store if it is empty (under the lock: one worker seeds), then serve CURRENT."""
+        """Seed the store if it is empty (under the lock: one worker seeds), then serve CURRENT, or
+        the newest version that can be read when CURRENT cannot (with a warning)."""
         with self.store.write_lock():
-            version = self.store.current_version()
-            if version is None:
+            clean = getattr(self.store, "clean_leftovers", None)  # folder stores leave temporary folders
+            if clean is not None:
+                clean()
+            if self._empty_store():
                 index = self._seed()
                 version = self.store.publish(index)
-                log.info("seeded the empty index store %s as v%d", self.store.root, version)
+                log.info("seeded the empty index store %s as v%d", getattr(self.store, "root", ""), version)
             else:
-                index = self.store.load(version)
+                version, index = self._load_newest()
         self._swap(index, version)
         log.info("serving index version %d from %s", version, self.store.root)
         return self.snapshot
 
+    def _empty_store(self) -> bool:
+        try:
+            current = self.store.current_version()
+        except Exception:  # a garbled pointer: the versions on disk decide
+            current = None
+        on_disk = getattr(self.store, "versions_on_disk", None)
+        return current is None and not (on_disk() if on_disk is not None else [])
+
+    def _load_newest(self) -> tuple[int, Any]:
+        """The newest readable version (stores without fallback: CURRENT)."""
+        newest = getattr(self.store, "load_newest_readable", None)
+        if newest is not None:
+            version, index, skipped = newest()
+            self.unreadable.update(skipped)
+            return version, index
+        version = self.store.current_version()
+        if version is None:
+            raise RuntimeError("the index store has no current version; restart the service to reseed it")
+        return version, self.store.load(version)
+
     def refresh(self) -> bool:
-        """Pick up a newer CURRENT if there is one; returns whether the served version changed."""
+        """Pick up a newer CURRENT if there is one; returns whether the served version changed.
+
+        A version that fails to load is skipped (logged once) and tried again after
+        ``retry_unreadable_s``; the worker keeps serving what it has.
+        """
         version = self.store.current_version()
         if version is None or (self._snapshot is not None and version <= self._snapshot.version):
             return False
-        index = self.store.load(version)
+        failed = self._failed_at.get(version)
+        if failed is not None and time.monotonic() - failed < self.retry_unreadable_s:
+            return False
+        try:
+            index = self.store.load(version)
+        except Exception as exc:
+            self._failed_at[version] = time.monotonic()
+            self.unreadable[version] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log.warning("index version %d cannot be read (%s); still serving v%s", version, self.unreadable[version],
+                        self._snapshot.version if self._snapshot is not None else "none")
+            return False
+        self.unreadable.pop(version, None)
         swapped = self._swap(index, version)
         if swapped:
             log.info("picked up index version %d", version)
@@ -148,10 +204,8 @@ class Engine:
 
     def _write(self, server: str, change: Callable[[Any], tuple[bool, bool, int, int]]) -> UpdateOutcome:
         with self._write_lock, self.store.write_lock():
-            version = self.store.current_version()
-            if version is None:
-                raise RuntimeError("index store lost its CURRENT pointer; restart the service to reseed it")
-            working = self.store.load(version)   # the newest state, whoever wrote it
+            # The newest state, whoever wrote it (an unreadable newest version is skipped, with a warning).
+            version, working = self._load_newest()
             changed, created, tools, re_embedded = change(working)
             if changed:
                 version = self.store.publish(working)
@@ -168,12 +222,20 @@ class Engine:
 
         ``examples`` maps tool names to example requests; tools it does not name keep the
         examples they had (an empty list clears them).
+
+        Raises:
+            CatalogError: a new server's name reads the same as another server's (look-alike letters).
         """
 
         def change(index: Any) -> tuple[bool, bool, int, int]:
             catalog = index.catalog
             before = {t.name: t for t in catalog.server_tools(name)}
             created = not before
+            if created:
+                clash = confusable_with(name, catalog.servers)
+                if clash is not None:
+                    raise CatalogError(f"server name {name!r} reads the same as the existing server {clash!r} "
+                                       "(look-alike letters of another script); choose a distinct name")
             merged = []
             for t in tools:
                 ex = (examples or {}).get(t.name)

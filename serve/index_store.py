@@ -11,6 +11,12 @@ CURRENT names (so it never builds on a stale copy), applies its change, saves th
 new ``v<N+1>`` folder and only then points CURRENT at it. A reader that sees a new CURRENT loads
 a folder that is already complete, so a half-written index is never served. Old versions are
 deleted by the writer, keeping the newest ``keep``.
+
+A version that cannot be read (a disk fault, a folder written by a buggy release) does not take
+the service down: :meth:`IndexStore.load_newest_readable` falls back to the newest older one
+that loads, with a warning, and the next change is built on that. Temporary folders of writes
+that crashed half-way (``.v7.tmp-*``, ``.v7.old-*``, ``.CURRENT.tmp-*``) are removed by
+:meth:`IndexStore.clean_leftovers` under the lock, when no write can be in progress.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ __all__ = ["IndexStore", "StoreError"]
 log = logging.getLogger(__name__)
 
 _VERSION_DIR = re.compile(r"^v(\d+)$")
+# What ToolIndex.save and _point_to leave behind when a process dies half-way.
+_LEFTOVER = re.compile(r"^\.(?:v\d+\.(?:tmp|old)-.*|CURRENT\.tmp-.*)$")
 
 
 class StoreError(RuntimeError):
@@ -79,6 +87,43 @@ class IndexStore:
             raise StoreError(f"{path}: index version {version} is not on disk (deleted or never written)")
         return self._load(path)
 
+    def load_newest_readable(self) -> tuple[int, Any, list[tuple[int, str]]]:
+        """The version CURRENT names if it loads, else the newest older one that does.
+
+        Returns ``(version, index, skipped)``: ``skipped`` lists ``(version, reason)`` for each
+        version that failed to load (empty when CURRENT loaded). With CURRENT missing or
+        garbled every version on disk is tried, newest first.
+
+        Raises:
+            StoreError: no version on disk can be loaded.
+        """
+        try:
+            current = self.current_version()
+        except StoreError as exc:
+            log.warning("%s; trying the versions on disk", exc)
+            current = None
+        on_disk = self.versions_on_disk()
+        order = ([current] if current is not None else []) + \
+            [v for v in reversed(on_disk) if current is None or v < current]
+        skipped: list[tuple[int, str]] = []
+        for version in order:
+            try:
+                index = self.load(version)
+            except Exception as exc:  # any failure to read a version: try the one before
+                reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log.warning("index version %d in %s cannot be read (%s); trying the one before", version,
+                            self.root, reason)
+                skipped.append((version, reason))
+                continue
+            if skipped:
+                log.warning("serving index version %d of %s: the newer %s could not be read; the next catalog "
+                            "change is built on v%d", version, self.root,
+                            ", ".join(f"v{v}" for v, _ in skipped), version)
+            return version, index, skipped
+        detail = "; ".join(f"v{v}: {r}" for v, r in skipped) or "no version folders"
+        raise StoreError(f"{self.root}: no index version can be read ({detail}); move the folder aside to "
+                         "start from a fresh store")
+
     def versions_on_disk(self) -> list[int]:
         out = []
         for child in self.root.iterdir():
@@ -101,6 +146,22 @@ class IndexStore:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+    def clean_leftovers(self) -> list[str]:
+        """Remove temporary folders and files of writes that died half-way. Call under :meth:`write_lock`."""
+        removed = []
+        for child in self.root.iterdir():
+            if _LEFTOVER.match(child.name):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        child.unlink()
+                removed.append(child.name)
+        if removed:
+            log.warning("removed %d leftover(s) of interrupted writes from %s: %s", len(removed), self.root,
+                        ", ".join(sorted(removed)[:10]))
+        return removed
 
     def publish(self, index: Any) -> int:
         """Save ``index`` as the next version and point CURRENT at it. Call under :meth:`write_lock`."""

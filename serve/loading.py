@@ -7,11 +7,13 @@ the index, the encoder or the scorer packages.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .settings import Settings
+from .work import checkpointed
 
 __all__ = ["PipelineParts", "load_scorer", "default_parts"]
 
@@ -26,6 +28,10 @@ class PipelineParts:
     seed: Callable[[], Any]
     make_pipeline: Callable[[Any], Any]
     scorer: dict[str, Any] = field(default_factory=dict)
+    # Background work in progress, in words (the app shows it in /readyz); the app may share its dict.
+    notes: dict[str, str] = field(default_factory=dict)
+    # Called (from a background thread) once the public suggestion index has loaded.
+    on_public_ready: Callable[[], None] | None = None
 
 
 def load_scorer(settings: Settings) -> tuple[Any | None, dict[str, Any]]:
@@ -52,7 +58,7 @@ def load_scorer(settings: Settings) -> tuple[Any | None, dict[str, Any]]:
                 raise RuntimeError(f"{where}; pass --model DIR")
             return None, {"loaded": False,
                           "detail": f"{where} (pass --model DIR): probabilities come from retrieval alone"}
-    scorer = Scorer.load(path)  # explicit or default present: a failure here is fatal
+    scorer = checkpointed(Scorer.load(path))  # explicit or default present: a failure here is fatal
     info = getattr(scorer, "info", None) or getattr(scorer, "model_info", None) or {}
     log.info("loaded scorer from %s", path)
     return scorer, {"loaded": True, **{k: info[k] for k in _PUBLIC_INFO if k in info}}
@@ -65,6 +71,10 @@ def default_parts(settings: Settings) -> PipelineParts:
     """Parts of the real pipeline: ``ToolIndex`` + ``Pipeline`` + ``Scorer``.
 
     Every index version this worker loads shares one encoder (the first one made or loaded).
+    The shipped catalog's index for ``no_fit`` suggestions is loaded from its cache when it is
+    there; when it must be built first (minutes on a cold machine) it is built in a background
+    thread, so readiness never waits for it: answers carry no suggestions until it is ready,
+    then ``on_public_ready`` is called.
     """
     from retrieval.index import ToolIndex
     from retrieval.pipeline import Pipeline
@@ -113,18 +123,40 @@ def default_parts(settings: Settings) -> PipelineParts:
 
     def public_index() -> Any | None:
         """The shipped catalog's index, never updated: the only source of no_fit suggestions."""
-        if "public" not in shared:
-            shared["public"] = None
-            if settings.public_suggestions:
-                try:
-                    from retrieval.default_index import default_index_path, load_or_build_default
-                except ImportError:
-                    log.warning("no public catalog index: no_fit answers carry no suggestions")
-                else:
-                    path = default_index_path()
-                    shared["public"] = load(path) if (path / "manifest.json").exists() \
-                        else keep_encoder(load_or_build_default())
-        return shared["public"]
+        if "public" in shared:
+            return shared["public"]
+        shared["public"] = None
+        if not settings.public_suggestions:
+            return None
+        try:
+            from retrieval.default_index import default_index_path, load_or_build_default
+        except ImportError:
+            log.warning("no public catalog index: no_fit answers carry no suggestions")
+            return None
+        path = default_index_path()
+        if (path / "manifest.json").exists():
+            try:
+                shared["public"] = load(path)
+                return shared["public"]
+            except Exception as exc:  # a stale or broken cache: rebuild it, in the background
+                log.warning("cannot load the cached public catalog index at %s (%s); rebuilding it", path, exc)
+
+        def build() -> None:
+            try:
+                index = keep_encoder(load_or_build_default())
+            except Exception:
+                log.exception("building the public catalog index failed: no_fit answers carry no suggestions")
+                parts.notes["public"] = "no no_fit suggestions: building the public catalog index failed (see the log)"
+                return
+            shared["public"] = index
+            log.info("public catalog index ready: no_fit answers carry suggestions")
+            if parts.on_public_ready is not None:
+                parts.on_public_ready()
+
+        parts.notes["public"] = "building the public catalog index in the background: no no_fit suggestions until then"
+        log.info("building the public catalog index in the background (no suggestions until it is ready)")
+        threading.Thread(target=build, name="toolrank-public-index", daemon=True).start()
+        return None
 
     def make_pipeline(index: Any) -> Any:
         # Versions after the first share the first one's confidence model and token counter.
@@ -134,4 +166,5 @@ def default_parts(settings: Settings) -> PipelineParts:
         shared.setdefault("pipeline", pipeline)
         return pipeline
 
-    return PipelineParts(load, seed, make_pipeline, scorer_status)
+    parts = PipelineParts(load, seed, make_pipeline, scorer_status)
+    return parts

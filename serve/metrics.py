@@ -28,6 +28,8 @@ class Metrics:
                                  ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r)
         self.decisions = Counter("toolrank_search_decisions", "Search decisions: proceed, search_again, no_fit.",
                                  ["decision"], registry=r)
+        self.rejections = Counter("toolrank_rejections", "Requests refused or stopped under load: queue_full, "
+                                  "deadline, client_gone, rate_limited.", ["reason"], registry=r)
         self.catalog_updates = Counter("toolrank_catalog_updates", "Catalog changes applied by this worker.",
                                        ["operation"], registry=r)
         self.index_version = Gauge("toolrank_index_version", "Index version this worker serves.",

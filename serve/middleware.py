@@ -13,10 +13,12 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
+import numpy as np
+
 from .errors import INTERNAL_ERROR_MESSAGE, error_body
 from .metrics import Metrics
 
-__all__ = ["RequestContext", "BodySizeLimit"]
+__all__ = ["RequestContext", "BodySizeLimit", "json_depth"]
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("serve.access")
@@ -99,16 +101,38 @@ class RequestContext:
             })
 
 
+# A JSON string: a quote, then anything but quotes and backslashes, or escaped characters.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_OPEN = np.zeros(256, dtype=np.int8)
+_OPEN[[ord("["), ord("{")]] = 1
+_OPEN[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply the brackets of a JSON text nest, strings skipped; linear, no recursion.
+
+    For invalid JSON the figure is meaningless but harmless (the parser refuses it anyway).
+    """
+    if b"[" not in body and b"{" not in body:
+        return 0
+    bare = _JSON_STRING.sub(b"", body)
+    steps = _OPEN[np.frombuffer(bare, dtype=np.uint8)]
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
+
+
 class BodySizeLimit:
-    """Refuse bodies above ``max_bytes`` with a 413, before any parsing.
+    """Refuse bodies above ``max_bytes`` with a 413, before any parsing, and JSON nested deeper
+    than ``max_depth`` with a 422 (so no parser recurses as deep as a hostile body asks).
 
     A declared ``Content-Length`` above the limit is refused at once; otherwise the body is read
     (up to the limit) and replayed to the app, so chunked uploads are bounded too.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int | None = None, depth_hint: str = ""):
         self.app = app
         self.max_bytes = max_bytes
+        self.max_depth = max_depth
+        self.depth_hint = depth_hint
 
     def _too_large(self, size: str) -> dict[str, Any]:
         return error_body(
@@ -139,6 +163,13 @@ class BodySizeLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        if self.max_depth is not None:
+            depth = json_depth(b"".join(chunks))
+            if depth > self.max_depth:
+                message = f"body: JSON nested {depth} levels deep; the limit is {self.max_depth}{self.depth_hint}"
+                await _send_json(send, 422, error_body("invalid_request", message, None,
+                                                       fields=[{"path": "body", "message": message}]))
+                return
         replayed = False
 
         async def replay() -> Message:

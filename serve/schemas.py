@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from retrieval.catalog import MAX_NAME_CHARS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, check_json, check_name, check_schema
 
 __all__ = [
     "MAX_REQUEST_CHARS", "MAX_NEED_CHARS", "MAX_DESCRIPTION_CHARS", "MAX_CANDIDATES", "MAX_K",
+    "MAX_NAME_CHARS", "MAX_SCHEMA_DEPTH", "MAX_SCHEMA_BYTES", "MAX_BODY_DEPTH",
     "Candidate", "ScoreRequest", "CandidateScore", "ModelInfo", "ScoreResponse",
     "ToolRef", "PreviousAttempt", "SearchRequest", "ToolResult", "TokenFigures", "SearchResponse",
     "McpTool", "ServerUpdate", "ServerSummary", "ServerList", "ServerDetail", "ServerChange",
@@ -21,13 +24,18 @@ __all__ = [
 MAX_REQUEST_CHARS = 4000
 MAX_NEED_CHARS = 500
 MAX_DESCRIPTION_CHARS = 4000
-MAX_NAME_CHARS = 200
 MAX_CANDIDATES = 200
 MAX_K = 50
 MAX_SERVER_TOOLS = 1000
 MAX_EXAMPLES = 50
+# A PUT body is {"tools": [{"inputSchema": <schema>}]}: three levels around the deepest schema,
+# and one more so that a schema one level too deep is reported against the schema's own limit.
+MAX_BODY_DEPTH = MAX_SCHEMA_DEPTH + 4
 
 Decision = Literal["proceed", "search_again", "no_fit"]
+_VERSION_TEXT = ("The catalog version that answered, as the caller sees it: for an admin (or a tenant allowed every "
+                 "server) the store's version number; for a tenant restricted to some servers an opaque number "
+                 "that changes when, and only when, something it can see changes (compare it for equality only).")
 Format = Literal["mcp", "openai", "anthropic"]
 
 
@@ -39,6 +47,18 @@ def _not_blank(value: str | None, what: str) -> str | None:
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Body(_Request):
+    """A whole request body: checked once, without recursion, before any field is read."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_json(cls, data: Any) -> Any:
+        # Lone surrogates (not storable, and the tokenizers refuse them), NaN and infinities,
+        # integers beyond 64 bits and deep nesting are refused here, naming the path.
+        check_json(data, "body", max_depth=MAX_BODY_DEPTH)
+        return data
 
 
 # ------------------------------------------------------------------ /v1/score
@@ -58,7 +78,7 @@ class Candidate(_Request):
                              examples=["Create a new issue in a GitHub repository."])
 
 
-class ScoreRequest(_Request):
+class ScoreRequest(_Body):
     """Score candidate tools against one request."""
 
     request: str = Field(min_length=1, max_length=MAX_REQUEST_CHARS,
@@ -115,7 +135,7 @@ class PreviousAttempt(_Request):
                                  description="Optional: the tools the earlier answer offered.")
 
 
-class SearchRequest(_Request):
+class SearchRequest(_Body):
     """Find the tools that fit a request among the caller's servers."""
 
     request: str = Field(min_length=1, max_length=MAX_REQUEST_CHARS,
@@ -177,7 +197,7 @@ class SearchResponse(BaseModel):
                                    description="On no_fit: public servers that could be connected to do it.")
     restricted_to: list[str] = Field(default_factory=list,
                                      description="Servers the request named explicitly, if any.")
-    index_version: int = Field(description="Index version that answered.", examples=[3])
+    index_version: int = Field(description=_VERSION_TEXT, examples=[3])
     model: ModelInfo = Field(description="The scorer model that produced the probabilities.")
 
 
@@ -188,14 +208,29 @@ class McpTool(BaseModel):
     """One tool of an MCP ``tools/list`` result (other MCP fields are accepted and ignored)."""
 
     model_config = ConfigDict(extra="allow")
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="Tool name, unique on the server.",
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS,
+                      description="Tool name, unique on the server: printable characters only (no controls, "
+                                  "bidi overrides or zero-width characters), one script of look-alike letters, "
+                                  "stored NFC-normalised.",
                       examples=["create_issue"])
     description: str | None = Field(None, max_length=MAX_DESCRIPTION_CHARS, description="Tool description.",
                                     examples=["Create a new issue in a GitHub repository."])
-    inputSchema: dict[str, Any] | None = Field(None, description="JSON Schema of the tool's arguments.")
+    inputSchema: dict[str, Any] | None = Field(
+        None, description=f"JSON Schema of the tool's arguments: at most {MAX_SCHEMA_DEPTH} levels deep and "
+                          f"{MAX_SCHEMA_BYTES} bytes as compact JSON, finite numbers, 64-bit integers.")
+
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, v: str) -> str:
+        return check_name(v, "tool name")
+
+    @field_validator("inputSchema")
+    @classmethod
+    def _bounded_schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_schema(v, "this tool")
 
 
-class ServerUpdate(_Request):
+class ServerUpdate(_Body):
     """An MCP ``tools/list`` result for one server, plus optional description and example requests."""
 
     tools: list[McpTool] = Field(min_length=1, max_length=MAX_SERVER_TOOLS,
@@ -229,14 +264,14 @@ class ServerSummary(BaseModel):
 
 class ServerList(BaseModel):
     servers: list[ServerSummary] = Field(description="The caller's servers (every server for an admin).")
-    index_version: int = Field(description="Index version that answered.", examples=[3])
+    index_version: int = Field(description=_VERSION_TEXT, examples=[3])
 
 
 class ServerDetail(BaseModel):
     name: str = Field(description="Server name.", examples=["GitHub"])
     description: str = Field(description="What the server is for.")
     tools: list[dict[str, Any]] = Field(description="The tools the caller may use: name, description, inputSchema.")
-    index_version: int = Field(description="Index version that answered.", examples=[3])
+    index_version: int = Field(description=_VERSION_TEXT, examples=[3])
 
 
 class ServerChange(BaseModel):
@@ -271,6 +306,6 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     ready: bool = Field(description="Index (and model, if required) loaded; requests will be served.")
     status: str = Field(description="loading, ready or failed.", examples=["ready"])
-    index_version: int | None = Field(None, description="Index version served.")
+    index_version: int | None = Field(None, description="Index version served (shown to admin keys only).")
     scorer: dict[str, Any] = Field(default_factory=dict, description="Whether a scorer model is loaded, and which.")
     detail: str = Field("", description="What is missing, in words.")

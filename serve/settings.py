@@ -58,6 +58,15 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(MIB, ge=1024, le=64 * MIB, description="Largest accepted request body (413 above).")
     max_concurrency: int = Field(
         4, ge=1, le=256, description="Pipeline calls run at once per worker; further requests wait their turn.")
+    max_queue: int = Field(
+        16, ge=0, le=10_000, description="Scoring and search requests that may wait for a pipeline slot per worker; "
+                                         "beyond that the answer is 503 with Retry-After.")
+    request_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Deadline of a scoring or search request, waiting included: past it the "
+                                        "work is stopped and the answer is 503 with Retry-After.")
+    metrics_public: bool = Field(
+        False, description="Serve /metrics without a key (for a scraper on a private network); by default it "
+                           "needs an admin key, since its counters show catalog activity.")
 
     @model_validator(mode="after")
     def _backend_is_configured(self) -> "Settings":

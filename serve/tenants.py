@@ -13,6 +13,8 @@ A tenants file is TOML or JSON with a ``tenants`` list::
     key_sha256 = ["<64 hex digits>"]
     servers = ["GitHub", "Slack"]     # only these servers exist for this tenant
     tools = [["GitHub", "create_issue"], ["Slack", "post_message"]]   # optional narrowing
+    rate_per_s = 5                    # optional: at most 5 requests a second per worker ...
+    burst = 20                        # ... with bursts of up to 20 (429 and Retry-After beyond)
     [tenants.policy]                  # optional threshold overrides
     proceed_threshold = 0.7
     floor = 0.2
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +63,13 @@ class Tenant:
     eligibility: Eligibility = field(default_factory=Eligibility)
     admin: bool = False
     policy: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    rate_per_s: float | None = None   # requests a second per worker (None: unlimited)
+    burst: int | None = None          # bucket size (default: one second's worth, at least 1)
+
+    @property
+    def sees_everything(self) -> bool:
+        """Admins and tenants allowed every server: nothing is hidden from them."""
+        return self.admin or self.eligibility.unrestricted
 
     def sees_server(self, server: str) -> bool:
         """Whether this tenant may know that ``server`` exists (admins see every server)."""
@@ -102,6 +112,8 @@ class _TenantSpec(BaseModel):
     servers: Literal["*"] | list[str]
     tools: list[tuple[str, str]] | None = None
     policy: _PolicySpec = Field(default_factory=_PolicySpec)
+    rate_per_s: float | None = Field(None, gt=0, le=100_000)
+    burst: int | None = Field(None, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _hashes(self) -> "_TenantSpec":
@@ -109,6 +121,8 @@ class _TenantSpec(BaseModel):
             if len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
                 raise ValueError(f"key_sha256 entry {h[:12]!r}... is not a lowercase SHA-256 hex digest "
                                  "(64 characters); store sha256(key), never the key itself")
+        if self.burst is not None and self.rate_per_s is None:
+            raise ValueError("burst is set without rate_per_s; set rate_per_s (requests a second) too")
         return self
 
 
@@ -157,7 +171,9 @@ class Tenants:
                 servers=None if t.servers == "*" else t.servers,
                 tools=t.tools,
             )
-            tenant = Tenant(t.name, eligibility, t.admin, t.policy.model_dump(exclude_none=True))
+            burst = t.burst if t.burst is not None or t.rate_per_s is None else max(1, math.ceil(t.rate_per_s))
+            tenant = Tenant(t.name, eligibility, t.admin, t.policy.model_dump(exclude_none=True),
+                            rate_per_s=t.rate_per_s, burst=burst)
             for h in t.key_sha256:
                 if h in by_hash:
                     raise TenantConfigError(

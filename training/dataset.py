@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from retrieval.catalog import Catalog, ToolId, default_catalog_path, default_examples_path, load_catalog, load_examples
+from retrieval.jsonl import split_lines
 
 if TYPE_CHECKING:  # pragma: no cover
     import datasets
@@ -92,7 +93,7 @@ def card_path() -> Path:
 def _jsonl(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(split_lines(path.read_text(encoding="utf-8")), 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))

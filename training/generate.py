@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 from retrieval.catalog import Catalog, CatalogError, Tool, ToolId, load_catalog, load_examples
+from retrieval.jsonl import dumps_line, split_lines
 from training.judge import JUDGE_METHODS, EndpointJudge, Judgment, LlamaCppJudge
 from training.llm import ChatClient, GenerationError, LLMConfig
 from training.prompting import (
@@ -107,7 +108,7 @@ class _JsonlOutput:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise GenerationError(f"{self.path}: not UTF-8 text ({exc}); write to another --out file") from None
-        for lineno, line in enumerate(text.splitlines(), 1):
+        for lineno, line in enumerate(split_lines(text), 1):
             if not line.strip():
                 continue
             try:
@@ -121,7 +122,7 @@ class _JsonlOutput:
     def append(self, rows: Sequence[dict]) -> None:
         if not rows:
             return
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        text = "".join(dumps_line(r) + "\n" for r in rows)
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
@@ -343,7 +344,7 @@ def generate_questions(catalog: Catalog, client: ChatClient, out: str | Path, *,
 def _read_jsonl(path: str | Path, what: str) -> Iterator[tuple[int, dict]]:
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = split_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise GenerationError(f"{what} file {str(path)!r} not found") from None
     except UnicodeDecodeError as exc:

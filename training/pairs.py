@@ -17,6 +17,7 @@ from pathlib import Path
 from retrieval.catalog import Catalog, ToolId
 from retrieval.eligibility import Eligibility
 from retrieval.index import ToolIndex
+from retrieval.jsonl import split_lines
 
 __all__ = ["PairConfig", "Pair", "load_split", "build_pairs", "data_hash"]
 
@@ -55,7 +56,7 @@ def load_split(path: Path | None = None) -> dict[str, str]:
 
 
 def load_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in split_lines(Path(path).read_text(encoding="utf-8")) if line.strip()]
 
 
 def data_hash(*paths: Path) -> str:

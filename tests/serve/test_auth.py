@@ -53,10 +53,20 @@ def test_catalog_changes_need_an_admin_key(client):
     assert client.delete("/v1/servers/Zeta", headers=auth("ops")).status_code == 200
 
 
-def test_probes_are_open(client):
+def test_probes_are_open_and_metrics_need_an_admin_key(client, make_client):
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    assert client.get("/metrics").status_code == 200
+    # /metrics counts catalog changes and shows the store's version: admins only, unless opened
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=auth("acme")).status_code == 403
+    assert client.get("/metrics", headers=auth("ops")).status_code == 200
+    assert make_client(metrics_public=True, index_dir=None).get("/metrics").status_code == 200
+
+
+def test_readiness_shows_the_version_to_admins_only(client):
+    assert client.get("/readyz").json()["index_version"] is None
+    assert client.get("/readyz", headers=auth("acme")).json()["index_version"] is None
+    assert client.get("/readyz", headers=auth("ops")).json()["index_version"] == 1
 
 
 def test_dev_mode_is_explicit_and_open(make_client):

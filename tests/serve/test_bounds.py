@@ -95,7 +95,7 @@ def test_bad_server_payloads_are_422(client):
         ({"tools": [{"name": "a"}], "examples": {"b": ["x"]}}, "'examples' names 'b'"),
         ({"tools": [{"name": "a"}], "examples": {"a": ["x"] * 51}}, "at most 50"),
         ({"tools": [{"name": "a", "description": "d" * 4001}]}, "body.tools[0].description"),
-        ({"tools": [{"name": "   "}]}, "'name' is empty"),
+        ({"tools": [{"name": "   "}]}, "tool name is empty"),
     ]
     for body, words in cases:
         r = client.put("/v1/servers/Zeta", json=body, headers=admin)

@@ -42,7 +42,12 @@ def test_search_result_shape(client):
     assert top["definition"]["name"] == "send_email" and top["explanation"] is None
     assert [t["rank"] for t in body["tools"]] == list(range(1, len(body["tools"]) + 1))
     assert body["tokens"]["catalog"] == 10_000 and 0 < body["tokens"]["reduction"] < 1
-    assert body["index_version"] == 1 and body["model"]["name"] == "fake-scorer"
+    assert body["model"]["name"] == "fake-scorer"
+    # acme sees some servers only: its version is a fingerprint of its view, the same on every endpoint
+    assert body["index_version"] == client.get("/v1/servers", headers=auth("acme")).json()["index_version"]
+    assert 0 <= body["index_version"] < 2 ** 53 and body["index_version"] != 1
+    admin = client.post("/v1/search", json={"request": "send an email message to bob"}, headers=auth("ops")).json()
+    assert admin["index_version"] == 1  # an admin sees the store's version
 
 
 def test_search_options_reach_the_pipeline(make_client):
@@ -128,7 +133,7 @@ def test_new_server_reaches_the_tenants_that_allow_it(client):
 def test_health_and_readiness(make_client):
     c = make_client()
     assert c.get("/healthz").json() == {"status": "ok"}
-    ready = c.get("/readyz").json()
+    ready = c.get("/readyz", headers=auth("ops")).json()
     assert ready["ready"] is True and ready["status"] == "ready" and ready["index_version"] == 1
 
 
@@ -172,7 +177,7 @@ def test_metrics(client):
     client.post("/v1/search", json={"request": "send an email message"}, headers=auth("acme"))
     client.post("/v1/search", json={"request": "x", "k": 0}, headers=auth("acme"))
     client.put("/v1/servers/W", json={"tools": [{"name": "f"}]}, headers=auth("ops"))
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers=auth("ops")).text
     assert 'toolrank_http_requests_total{endpoint="/v1/search",method="POST",status="200"} 1.0' in text
     assert 'toolrank_http_requests_total{endpoint="/v1/search",method="POST",status="422"} 1.0' in text
     assert 'toolrank_http_requests_total{endpoint="/v1/servers/{name}",method="PUT",status="201"} 1.0' in text

@@ -114,7 +114,7 @@ def test_second_app_picks_up_a_change_within_the_poll_interval(make_client, tmp_
         time.sleep(0.02)
     assert "Zeta" in names, "second app never picked up the new version"
     assert time.monotonic() - started < 2.5  # poll interval 0.1 s + load time, with slack for a busy machine
-    assert second.get("/readyz").json()["index_version"] == version
+    assert second.get("/readyz", headers=auth("ops")).json()["index_version"] == version
 
 
 def test_a_restart_serves_the_latest_version_not_the_seed(make_client, tmp_path):
@@ -122,4 +122,4 @@ def test_a_restart_serves_the_latest_version_not_the_seed(make_client, tmp_path)
     first.put("/v1/servers/Zeta", json={"tools": [{"name": "z"}]}, headers=auth("ops"))
     again = make_client(FakePipeline(FakeIndex(demo_catalog())))
     assert again.get("/v1/servers/Zeta", headers=auth("ops")).status_code == 200
-    assert again.get("/readyz").json()["index_version"] == 2
+    assert again.get("/readyz", headers=auth("ops")).json()["index_version"] == 2

@@ -122,7 +122,7 @@ def test_catalog_update_with_the_real_index_reaches_a_second_app(clients):
     assert r.json()["re_embedded"] == 1
     version = r.json()["index_version"]
     deadline = time.monotonic() + 5
-    while second.get("/readyz").json()["index_version"] != version and time.monotonic() < deadline:
+    while second.get("/readyz", headers=h("k-ops")).json()["index_version"] != version and time.monotonic() < deadline:
         time.sleep(0.05)
     found = second.post("/v1/search", json={"request": "what is the weather forecast for Paris"},
                         headers=h("k-ops")).json()
@@ -148,7 +148,7 @@ def test_the_app_builds_the_real_pipeline_itself(tmp_path):
                         public_suggestions=False, model_dir=None)
     with TestClient(create_app(settings)) as c:
         wait_ready(c, timeout=60)
-        ready = c.get("/readyz").json()
+        ready = c.get("/readyz", headers=h("k-ops")).json()
         assert ready["index_version"] == 1
         r = c.post("/v1/search", json={"request": "list the instances of my Aiven project"}, headers=h("k-acme"))
         assert r.status_code == 200 and r.json()["tools"][0]["server"] == "Aiven"

@@ -1,0 +1,60 @@
+"""The service over the real ToolIndex + Pipeline, with the hash encoder and a fake scorer:
+real retrieval, statistics, definitions, token counts and store, in a second per test."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from fakes import FakeScorer, HashEncoder, tiny_catalog  # noqa: E402
+from retrieval.index import ToolIndex  # noqa: E402
+from retrieval.pipeline import Pipeline  # noqa: E402
+from serve.app import create_app  # noqa: E402
+from serve.settings import Settings  # noqa: E402
+from serve.tenants import hash_key  # noqa: E402
+from serve_fakes import wait_ready  # noqa: E402
+
+ACME = ["Elasticsearch", "GitHub"]
+KEYS = {"ops": "k-ops", "acme": "k-acme", "all": "k-all"}
+TENANTS = f"""
+[[tenants]]
+name = "ops"
+admin = true
+key_sha256 = ["{hash_key(KEYS['ops'])}"]
+servers = "*"
+
+[[tenants]]
+name = "acme"
+key_sha256 = ["{hash_key(KEYS['acme'])}"]
+servers = {ACME!r}
+
+[[tenants]]
+name = "all"
+key_sha256 = ["{hash_key(KEYS['all'])}"]
+servers = "*"
+""".replace("'", '"')
+
+
+def key(tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[tenant]}"}
+
+
+def real_pipeline() -> Pipeline:
+    return Pipeline(ToolIndex.build(tiny_catalog(), encoder=HashEncoder()), FakeScorer())
+
+
+def real_client(tmp_path: Path, pipeline: Any | None = None, **settings: Any) -> TestClient:
+    """A started client (enter it with ``with``); the store lives in ``tmp_path / "store"``."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    settings.setdefault("index_dir", tmp_path / "store")
+    app = create_app(Settings(config=tenants, **settings), pipeline=pipeline or real_pipeline())
+    client = TestClient(app, raise_server_exceptions=False)
+    client.__enter__()
+    wait_ready(client, timeout=30)
+    return client
