@@ -379,6 +379,9 @@ class Gateway:
                     "call a tool that find_tools returned, with its 'server' as given. Nothing was run.")
         with self._lock:
             known = self.index is not None and ToolId(server, tool) in self.index.catalog
+        if not known and self.backends[server].error:
+            return (f"server {server!r} is not available ({self.backends[server].error}), so its tools are "
+                    "not known. Nothing was run; tell the user.")
         if not known or not self.eligible.allows((server, tool)):
             return (f"refused: server {server!r} has no tool {tool!r} that you may call; use find_tools "
                     "to find the right tool and its exact name. Nothing was run.")

@@ -48,17 +48,17 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 # The descriptions are prompts: the calling model reads them to decide when and how to use the
 # tools. Keep them within the budget tested in tests/mcp/test_mcp_server.py.
 _FIND_INTRO = (
-    "Find the tools that fit a task among all the tools of the user's MCP servers, which are not "
-    "listed here. Use it before any task that needs a tool you do not have, and again when the task "
-    "moves on to something else.\n\n"
+    "Find the tools for a task among all the tools of the user's MCP servers (they are not listed "
+    "here). Call it whenever you need a tool you do not have: once per distinct action of a "
+    "multi-step task.\n\n"
     "Pass `request`: the user's words, unchanged. Optionally `need`: one line, in your words, of the "
     "action the tool must perform.\n\n"
-    "The answer's `decision` says what to do next:\n"
-    "- proceed: `tools` fit, best first, each with its inputSchema, a calibrated `probability` that "
-    "it does what was asked, and a `reason`. ")
-_FIND_RUN_GATEWAY = ("Run the best one with call_tool(server, tool, arguments), its arguments following "
+    "`decision` says what to do next:\n"
+    "- proceed: `tools` holds candidates, best first, each with its inputSchema, a calibrated "
+    "`probability` that it does the action, and a `reason`. ")
+_FIND_RUN_GATEWAY = ("Run the one that fits with call_tool(server, tool, arguments), arguments following "
                      "its inputSchema.\n")
-_FIND_RUN_DIRECT = "Call the best one on its `server`, its arguments following its inputSchema.\n"
+_FIND_RUN_DIRECT = "Call the one that fits on its `server`, arguments following its inputSchema.\n"
 _FIND_OUTRO = (
     "- search_again: nothing clearly fits. Call find_tools once more with a sharper `need` and attempt=2.\n"
     "- no_fit: no connected tool can do it. Tell the user; `connect` names servers they could add.\n\n"

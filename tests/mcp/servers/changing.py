@@ -17,7 +17,7 @@ def ping() -> str:
 @mcp.tool()
 async def add_tool(name: str, description: str, ctx: Context) -> str:
     """Add a tool with this name and description, and tell the client that the tools changed."""
-    def added(**kwargs) -> str:
+    def added(text: str = "") -> str:
         return f"{name} ran"
     mcp.add_tool(added, name=name, description=description)
     await ctx.session.send_tool_list_changed()
