@@ -97,6 +97,8 @@ def cmd_index(a: argparse.Namespace) -> int:
         return _index_qdrant(a, backend)
     if a.recreate:
         raise ValueError("--recreate rebuilds a Qdrant collection; with the embedded backend --out is replaced anyway")
+    if a.mcp_config:
+        return _index_mcp(a)
     if a.out is None:
         raise ValueError("--catalog needs --out DIR (the index folder to write)")
     cat = load_catalog(a.catalog)
@@ -124,6 +126,24 @@ def _index_qdrant(a: argparse.Namespace, backend) -> int:
     print(f"indexed {len(cat)} tools from {len(cat.servers)} servers into {index.collection.config.where} "
           f"(version {index.version})")
     return 0
+
+
+def _index_mcp(a: argparse.Namespace) -> int:
+    """`toolrank index --mcp-config FILE`: 0 when every server was indexed, 1 when some failed
+    (the others are indexed), 2 when none could be."""
+    from .mcp_harvest import index_mcp_config
+
+    if a.out is not None or a.examples or a.no_examples:
+        raise ValueError("with --mcp-config, give the index folder as --index DIR (--out, --examples and "
+                         "--no-examples are for --catalog)")
+    if a.timeout <= 0:
+        raise ValueError(f"--timeout must be a positive number of seconds, got {a.timeout:g}")
+    report = index_mcp_config(a.mcp_config, a.index, timeout_s=a.timeout)
+    print(report.format())
+    args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + (["--index", str(report.path)] if a.index else [])
+    print("next: add toolrank to your MCP client's configuration:\n"
+          + json.dumps({"mcpServers": {"toolrank": {"command": "toolrank", "args": args}}}))
+    return 1 if report.failed else 0
 
 
 def cmd_search(a: argparse.Namespace) -> int:
@@ -231,6 +251,7 @@ FORWARDED = {
     "generate": ("training.generate", "generate examples, questions and judgments through an LLM"),
     "data": ("training.dataset", "validate or summarise the shipped data set"),
     "serve": ("serve.cli", "run the HTTP service"),
+    "mcp": ("serve.mcp_server", "run toolrank as an MCP server (find_tools; call_tool as a gateway with --mcp-config)"),
 }
 
 
@@ -239,11 +260,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    s = sub.add_parser("index", help="build an index from a catalog file")
-    s.add_argument("--catalog", type=Path, required=True)
+    s = sub.add_parser("index", help="build an index from a catalog file, or from an MCP client configuration")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--catalog", type=Path)
+    src.add_argument("--mcp-config", type=Path, metavar="FILE",
+                     help="an MCP client configuration ({\"mcpServers\": ...}): start every server, list its tools, "
+                          "and build or update their index (only changed tools are embedded again)")
     s.add_argument("--examples", type=Path)
     s.add_argument("--no-examples", action="store_true")
-    s.add_argument("--out", type=Path, help="index folder to write (embedded backend)")
+    s.add_argument("--out", type=Path, help="index folder to write (embedded backend; required with --catalog)")
+    s.add_argument("--index", type=Path, metavar="DIR",
+                   help="with --mcp-config: the index folder (default: one per configuration file, in the cache)")
+    s.add_argument("--timeout", type=float, default=30.0,
+                   help="with --mcp-config: seconds for each server to start and list its tools (default 30)")
     s.add_argument("--recreate", action="store_true", help="with --backend qdrant: replace an existing collection")
     _add_backend(s)
     s.set_defaults(func=cmd_index)
