@@ -16,7 +16,8 @@ import numpy as np
 from .eligibility import Eligibility
 from .evaluate import Query
 
-__all__ = ["auroc", "abstention_report", "coverage_risk", "format_abstention", "plot_coverage_risk"]
+__all__ = ["auroc", "abstention_report", "coverage_risk", "format_abstention", "plot_coverage_risk",
+           "NoFitRequest", "load_nofit", "nofit_report", "format_nofit"]
 
 log = logging.getLogger(__name__)
 
@@ -125,3 +126,103 @@ def plot_coverage_risk(rep: dict, path: str | Path) -> Path | None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return Path(path)
+
+
+# --------------------------------------------------------------------------- real no-fit requests
+
+class NoFitRequest:
+    """A request written so that no tool of the catalog fulfils it (benchmarks/data/nofit/)."""
+
+    __slots__ = ("id", "query", "kind", "split", "style")
+
+    def __init__(self, id: str, query: str, kind: str, split: str, style: str):
+        self.id, self.query, self.kind, self.split, self.style = id, query, kind, split, style
+
+
+def load_nofit(path: str | Path, split: str | None = None) -> list[NoFitRequest]:
+    """No-fit requests from JSONL (``id``, ``query``, ``kind``, ``split``, ``style``), one split or all."""
+    import json
+
+    from .jsonl import split_lines
+
+    out = []
+    for n, line in enumerate(split_lines(Path(path).read_text(encoding="utf-8")), 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            req = NoFitRequest(str(r["id"]), str(r["query"]), str(r.get("kind", "")), str(r.get("split", "")),
+                               str(r.get("style", "")))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{n}: not a no-fit request line ({exc})") from None
+        if split is None or req.split == split:
+            out.append(req)
+    if not out:
+        raise ValueError(f"{path}: no no-fit requests" + (f" in split {split!r}" if split else ""))
+    return out
+
+
+def _agent_loop(pipeline, request: str, need: str | None) -> tuple:
+    first = pipeline.search(request, None)
+    final = pipeline.search(request, need, previous=first) if first.decision == "search_again" and need else first
+    return first, final
+
+
+def nofit_report(pipeline, queries: list[Query], nofit: list[NoFitRequest], *, show_progress: bool = False) -> dict:
+    """Answerable questions against requests written to have no tool, every server eligible.
+
+    The first search's best probability separates them (AUROC); decisions are the first
+    search's (the agent loop's second try needs a need line, which written no-fit requests
+    do not have). A proceed on an answerable question is right when a fitting tool is in the top 5.
+    """
+    items = [("fit", q.query, q) for q in queries] + [("none", r.query, r) for r in nofit]
+    if show_progress:
+        from tqdm import tqdm
+        items = tqdm(items, desc="no-fit", unit="q", disable=None)
+    rows = []
+    for side, text, item in items:
+        res = pipeline.search(text, None)
+        top5 = {t.tool_id for t in res.tools[:5]}
+        rows.append({"side": side, "kind": getattr(item, "kind", "fit"), "best": res.best_probability,
+                     "decision": res.decision,
+                     "right": side == "fit" and bool(top5 & item.lenient_targets)})
+    fit = [r for r in rows if r["side"] == "fit"]
+    none = [r for r in rows if r["side"] == "none"]
+    share = lambda rs, d: float(np.mean([r["decision"] == d for r in rs])) if rs else float("nan")
+    out = {"n_fit": len(fit), "n_none": len(none),
+           "auroc": auroc([r["best"] for r in fit], [r["best"] for r in none]),
+           "decisions": {side: {d: share(rs, d) for d in ("proceed", "search_again", "no_fit")}
+                         for side, rs in (("fit", fit), ("none", none))},
+           "top5_among_proceed_fit": (float(np.mean([r["right"] for r in fit if r["decision"] == "proceed"]))
+                                      if any(r["decision"] == "proceed" for r in fit) else float("nan")),
+           "by_kind": {}}
+    for kind in sorted({r["kind"] for r in none}):
+        rs = [r for r in none if r["kind"] == kind]
+        out["by_kind"][kind] = {"n": len(rs), "auroc": auroc([r["best"] for r in fit], [r["best"] for r in rs]),
+                                "proceed": share(rs, "proceed")}
+    best = np.array([r["best"] for r in rows])
+    cov, risk = coverage_risk(best, np.array([r["right"] for r in rows]))
+    out["coverage"], out["risk"] = cov.tolist(), risk.tolist()
+    # ECE of the best probability on the mixture: "the best tool fits" is right only on answerable rows
+    out["ece_best"] = _ece(best, np.array([r["right"] for r in rows], float))
+    return out
+
+
+def _ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
+    edges = np.linspace(0, 1, bins + 1)
+    idx = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
+    return float(sum(abs(p[idx == b].mean() - y[idx == b].mean()) * (idx == b).mean()
+                     for b in range(bins) if (idx == b).any()))
+
+
+def format_nofit(rep: dict) -> str:
+    d = rep["decisions"]
+    lines = [f"real no-fit requests: {rep['n_none']} written to have no tool vs {rep['n_fit']} answerable (first search)",
+             f"  AUROC of best probability: {rep['auroc']:.3f}   ECE of best probability (mixture): {rep['ece_best']:.3f}",
+             f"  answerable: proceed {d['fit']['proceed']:.1%}  search_again {d['fit']['search_again']:.1%}  "
+             f"no_fit {d['fit']['no_fit']:.1%}   top-5 among proceeds {rep['top5_among_proceed_fit']:.1%}",
+             f"  no tool:    proceed {d['none']['proceed']:.1%}  search_again {d['none']['search_again']:.1%}  "
+             f"no_fit {d['none']['no_fit']:.1%}"]
+    for kind, k in rep["by_kind"].items():
+        lines.append(f"  {kind:10s} n={k['n']:4d}  AUROC {k['auroc']:.3f}  proceed {k['proceed']:.1%}")
+    return "\n".join(lines)

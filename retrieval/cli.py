@@ -207,6 +207,13 @@ def cmd_eval(a: argparse.Namespace) -> int:
             return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top, eligible)]
     report = evaluate(index, queries, stages=stages, use_need=a.use_need, org_size=a.org_size, seed=a.seed,
                       reranker=reranker, show_progress=not a.json)
+    if a.nofit and not a.abstain:
+        raise ValueError("--nofit needs --abstain")
+    nofit_rep = None
+    if a.abstain and a.nofit:
+        from .abstention import load_nofit, nofit_report
+        nofit_rep = nofit_report(pipe, queries, load_nofit(a.nofit, a.split), show_progress=not a.json)
+        report["abstention_real"] = {k: v for k, v in nofit_rep.items() if k not in ("coverage", "risk")}
     if a.abstain:
         from .abstention import abstention_report, format_abstention, plot_coverage_risk
         rep = abstention_report(pipe, queries, show_progress=not a.json)
@@ -222,9 +229,13 @@ def cmd_eval(a: argparse.Namespace) -> int:
         print(json.dumps(report, indent=1))
     else:
         print(format_report(report))
+        if nofit_rep is not None:
+            from .abstention import format_nofit
+            print()
+            print(format_nofit(nofit_rep))
         if a.abstain:
             print()
-            print(format_abstention(rep))
+            print(("simulated (labelled servers removed): " if nofit_rep else "") + format_abstention(rep))
             if report["abstention"].get("plot"):
                 print(f"  coverage-risk curve: {report['abstention']['plot']}")
         if a.tokens:
@@ -305,6 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-model", action="store_true")
     s.add_argument("--abstain", action="store_true", help="also measure abstention (AUROC, no_fit shares)")
     s.add_argument("--plot", type=Path, help="with --abstain: write the coverage-risk curve PNG here")
+    s.add_argument("--nofit", type=Path, help="with --abstain: requests written to have no tool (JSONL; the same "
+                   "--split is kept); reported first, beside the simulation")
     s.add_argument("--tokens", action="store_true", help="also report the mean token reduction")
     s.add_argument("--limit", type=int, help="only the first N queries")
     s.add_argument("--sample", type=int, help="a seeded random sample of N queries (e.g. 500 train questions)")

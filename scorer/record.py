@@ -13,6 +13,11 @@ The pair looks like this (query side, then tool side)::
 
     Candidate tool: {server} / {tool name}: {description, truncated at a word boundary with '…'}
     Examples: {example 1} | {example 2}             (only when examples > 0 and the tool has some)
+    Parameters: {name 1}, {name 2}, …               (only when parameters > 0 and the schema has some)
+
+A new catalog has no example requests, but every MCP tool has an input schema: its
+parameter names say what the tool acts on (``calendar_id``, ``new_name``), which is what
+tells "rename" from "create" when descriptions are thin.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ def format_record(
     *,
     max_description_chars: int = 300,
     examples: int = 0,
+    parameters: int = 0,
 ) -> tuple[str, str]:
     """Build the (query_text, tool_text) pair the cross-encoder scores.
 
@@ -95,6 +101,7 @@ def format_record(
             attributes (normally :class:`retrieval.catalog.Tool`).
         max_description_chars: Budget for the description, ellipsis included (>= 2).
         examples: How many of the tool's example requests to append (0 = none).
+        parameters: How many of the tool's input-schema parameter names to append (0 = none).
 
     Returns:
         ``(query_text, tool_text)``, ready for a cross-encoder's pair tokeniser.
@@ -131,7 +138,20 @@ def format_record(
         picked = [e for e in (_clean(x) for x in (getattr(tool, "examples", None) or ())) if e][:examples]
         if picked:
             tool_text += "\nExamples: " + " | ".join(picked)
+    if parameters:
+        names = _parameter_names(getattr(tool, "input_schema", None))[:parameters]
+        if names:
+            tool_text += "\nParameters: " + ", ".join(names)
     return query_text, tool_text
+
+
+def _parameter_names(schema: Any) -> list[str]:
+    """Top-level property names of an input schema, required ones first (schema order kept)."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return []
+    names = [_clean(k) for k in schema["properties"] if _clean(k)]
+    required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
+    return [n for n in names if n in required] + [n for n in names if n not in required]
 
 
 def record_text(

@@ -122,6 +122,7 @@ class ModelConfig:
     record_format_version: int
     max_description_chars: int = 300
     examples: int = 0
+    parameters: int = 0
     calibration: Calibration = field(default_factory=Calibration)
     truncation: str = "only_second"
     base_model: str = ""
@@ -160,6 +161,7 @@ class ModelConfig:
                                   '{"max_description_chars": 300, "examples": 0}')
         max_chars = _require_int(record, "max_description_chars", f"{where}, record", minimum=2, default=300)
         examples = _require_int(record, "examples", f"{where}, record", minimum=0, default=0)
+        parameters = _require_int(record, "parameters", f"{where}, record", minimum=0, default=0)
         try:
             calibration = Calibration.from_dict(raw.get("calibration"))
         except CalibrationError as exc:
@@ -177,6 +179,7 @@ class ModelConfig:
             record_format_version=fmt,
             max_description_chars=max_chars,
             examples=examples,
+            parameters=parameters,
             calibration=calibration,
             truncation=truncation,
             base_model=base_model,
@@ -439,7 +442,7 @@ class Scorer:
         """The (query_text, tool_text) pairs this model reads for these candidates."""
         return [
             format_record(request, need, tool, max_description_chars=self.config.max_description_chars,
-                          examples=self.config.examples)
+                          examples=self.config.examples, parameters=self.config.parameters)
             for tool in tools
         ]
 
@@ -515,7 +518,8 @@ class Scorer:
             "base_model": c.base_model,
             "max_length": c.max_length,
             "record_format_version": c.record_format_version,
-            "record": {"max_description_chars": c.max_description_chars, "examples": c.examples},
+            "record": {"max_description_chars": c.max_description_chars, "examples": c.examples,
+                       **({"parameters": c.parameters} if c.parameters else {})},
             "truncation": c.truncation,
             "calibration": c.calibration.to_dict(),
             "quantization": c.quantization,

@@ -386,7 +386,7 @@ def _train_args(source: str) -> dict[str, Any]:
         return {}
     raw = json.loads(path.read_text(encoding="utf-8"))
     found = {}
-    for key in ("max_length", "max_description_chars", "examples"):
+    for key in ("max_length", "max_description_chars", "examples", "parameters"):
         if raw.get(key) not in (None, "", "None"):
             found[key] = int(raw[key])
     if raw.get("training_data_hash"):  # the hash of what the run really trained on
@@ -433,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_description_chars": a.max_description_chars if a.max_description_chars is not None
         else trained.get("max_description_chars", 300),
         "examples": a.examples if a.examples is not None else trained.get("examples", 0),
+        "parameters": trained.get("parameters", 0),
     }
     extra: dict[str, Any] = {"version": a.version, "record": record}
     if a.name:

@@ -59,9 +59,20 @@ def init_model_dir(layers: int, out: Path, pooling: str = "mean", base: Path | N
     return out
 
 
-def write_run_record(final: Path, args: argparse.Namespace, n_pairs: int, t0: float) -> None:
+def trained_data_hash(*files: Path) -> str:
+    """Hash of what a run really trained on: its mined pairs (or teacher lists) and the tool text
+    (catalog and example requests) every record is built from."""
+    from retrieval.catalog import default_catalog_path, default_examples_path
+
+    from .pairs import data_hash
+
+    return data_hash(*files, default_catalog_path(), default_examples_path())
+
+
+def write_run_record(final: Path, args: argparse.Namespace, n_pairs: int, t0: float, data_hash: str = "") -> None:
     """``train_args.json`` beside the saved model: how it was made (export copies it into the config)."""
-    record = {**{k: str(v) for k, v in vars(args).items()}, "n_pairs": n_pairs, "seconds": time.time() - t0}
+    record = {**{k: str(v) for k, v in vars(args).items()}, "n_pairs": n_pairs, "seconds": time.time() - t0,
+              "training_data_hash": data_hash}
     (final / "train_args.json").write_text(json.dumps(record, indent=1))
     log.info("saved %s after %.0fs", final, time.time() - t0)
 
@@ -84,10 +95,30 @@ def example_questions(catalog, split: dict[str, str], per_tool: int, seed: int) 
     return out
 
 
+def _pairs_key(example_anchors: int, seed: int) -> str:
+    """What mined pairs depend on: the data files, the tool text, the mining settings and code."""
+    from retrieval.catalog import default_catalog_path, default_examples_path
+    from retrieval.encoder import default_encoder_path
+
+    from .pairs import PairConfig, data_hash
+
+    files = data_hash(DATA / "questions.jsonl", DATA / "judgments.jsonl", DATA / "splits.json",
+                      default_catalog_path(), default_examples_path(), default_encoder_path() / "model.onnx",
+                      Path(__file__).with_name("pairs.py"))
+    return f"{files}:{PairConfig(seed=seed)}:anchors={example_anchors}"
+
+
 def pairs_cache(path: Path, show_progress: bool = True, *, example_anchors: int = 0, seed: int = 13) -> list[dict]:
-    """Mine the training pairs once and keep them in ``path`` (JSONL)."""
+    """Mine the training pairs once and keep them in ``path`` (JSONL), keyed by their inputs
+    (``path.key`` beside it): changed data, settings or encoder mine them again."""
+    key = _pairs_key(example_anchors, seed)
+    key_file = path.with_name(path.name + ".key")
+    if path.exists() and key_file.exists() and key_file.read_text() == key:
+        from retrieval.jsonl import split_lines
+
+        return [json.loads(l) for l in split_lines(path.read_text(encoding="utf-8")) if l]
     if path.exists():
-        return [json.loads(l) for l in path.read_text().splitlines() if l]
+        log.info("mined pairs in %s are from other inputs (or unkeyed): mining again", path)
     from retrieval.catalog import load_default_catalog
     from retrieval.index import ToolIndex
 
@@ -106,8 +137,9 @@ def pairs_cache(path: Path, show_progress: bool = True, *, example_anchors: int 
         for p in pairs:
             fh.write(json.dumps({"qid": p.qid, "request": p.request, "need": p.need, "server": p.tool.server,
                                  "tool": p.tool.tool, "label": p.label, "kind": p.kind}) + "\n")
-    tmp.rename(path)
-    return pairs_cache(path)
+    tmp.replace(path)
+    key_file.write_text(key)
+    return pairs_cache(path, example_anchors=example_anchors, seed=seed)
 
 
 def dev_reranking_samples(n: int, seed: int = 0, max_description_chars: int = 300, examples: int = 0) -> list[dict]:
@@ -228,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer.train()
     final = a.out / "final"
     model.save_pretrained(str(final))
-    write_run_record(final, a, len(rows), t0)
+    write_run_record(final, a, len(rows), t0, trained_data_hash(a.pairs))
     return 0
 
 

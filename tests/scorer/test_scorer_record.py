@@ -100,3 +100,24 @@ def test_works_with_catalog_tool():
     tool = catalog.Tool("Gmail", "send_email", "Send an email.", examples=("mail Ana",))
     assert format_record("r", None, tool, examples=1)[1] == \
         "Candidate tool: Gmail / send_email: Send an email.\nExamples: mail Ana"
+
+
+def test_parameter_names_join_the_record_required_first(tool_cls):
+    from dataclasses import dataclass
+
+    from scorer.record import format_record
+
+    @dataclass
+    class WithSchema:
+        server: str = "Cal"
+        name: str = "rename_calendar"
+        description: str = "Rename a calendar."
+        examples: tuple = ()
+        input_schema: dict = None
+
+    tool = WithSchema(input_schema={"type": "object", "properties": {"color": {}, "calendar_id": {}, "new_name": {}},
+                                    "required": ["calendar_id", "new_name"]})
+    _, text = format_record("rename my work calendar", None, tool, parameters=2)
+    assert text.endswith("\nParameters: calendar_id, new_name")
+    assert format_record("x", None, tool)[1] == "Candidate tool: Cal / rename_calendar: Rename a calendar."
+    assert "Parameters" not in format_record("x", None, WithSchema(input_schema=None), parameters=5)[1]

@@ -1,0 +1,56 @@
+"""The distillation loss and the teacher-list plumbing: what they must do, on hand-made lists."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from training.distill import TeacherList, check_train_only, list_loss, read_teacher  # noqa: E402
+from training.teacher_data import join  # noqa: E402
+
+
+def test_listwise_term_prefers_the_teacher_order():
+    target = torch.tensor([0.95, 0.05, 0.0])
+    right = list_loss(torch.tensor([2.0, -2.0, -3.0]), target, listwise_weight=1.0)
+    wrong = list_loss(torch.tensor([-2.0, 2.0, -3.0]), target, listwise_weight=1.0)
+    assert right < wrong
+
+
+def test_a_list_where_nothing_fits_only_pulls_logits_down():
+    target = torch.zeros(3)
+    logits = torch.tensor([1.0, 0.0, -1.0], requires_grad=True)
+    list_loss(logits, target, listwise_weight=1.0).backward()
+    assert (logits.grad > 0).all()        # every logit is pushed down, none is favoured
+    # and it equals plain BCE: the listwise term is off where nothing fits
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(torch.tensor([1.0, 0.0, -1.0]), target)
+    assert float(list_loss(torch.tensor([1.0, 0.0, -1.0]), target, 1.0)) == pytest.approx(float(bce))
+
+
+def test_dev_and_test_servers_are_refused():
+    split = {"A": "train", "B": "test"}
+    ok = TeacherList("1", "q", "mcp-zero", (("A", "t", 1.0),))
+    bad = TeacherList("2", "q", "mcp-zero", (("A", "t", 1.0), ("B", "u", 0.0)))
+    check_train_only([ok, TeacherList("3", "q", "smithery", (("B", "x", 0.0),))], split)   # other catalog: fine
+    with pytest.raises(ValueError, match="teacher list 2 has candidates on dev/test servers"):
+        check_train_only([ok, bad], split)
+
+
+def test_read_teacher_names_the_bad_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "a", "query": "q", "candidates": [{"server": "S", "tool": "t", "p_yes": 1}]})
+                    + "\n" + '{"id": "b"}\n')
+    with pytest.raises(ValueError, match=r"t.jsonl:2: not a teacher list"):
+        read_teacher([path])
+
+
+def test_join_maps_numbers_and_refuses_other_lists():
+    lists = [{"id": "r1", "query": "q1", "candidates": [{"server": "S", "tool": "a"}, {"server": "S", "tool": "b"}]},
+             {"id": "r2", "query": "q2", "candidates": [{"server": "S", "tool": "a"}]},
+             {"id": "r3", "query": "q3", "candidates": [{"server": "S", "tool": "a"}]}]
+    judged = [{"id": "r1", "n": 2, "p": {"2": 0.9}}, {"id": "r2", "n": 5, "p": {}}]
+    rows, stats = join(lists, judged, "mcp-zero")
+    assert [c["p_yes"] for c in rows[0]["candidates"]] == [0.0, 0.9]
+    assert stats == {"lists": 3, "judged": 1, "missing": 1, "length_mismatch": 1}
