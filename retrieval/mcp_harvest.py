@@ -408,6 +408,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 def describe_error(exc: BaseException, spec: ServerSpec, timeout_s: float, stderr_tail: str = "") -> str:
     """One line saying why a server could not be used, with a hint where there is one."""
     from mcp.shared.exceptions import McpError
+    from mcp.types import CONNECTION_CLOSED
     from pydantic import ValidationError
 
     leaves = _leaves(exc)
@@ -430,9 +431,9 @@ def describe_error(exc: BaseException, spec: ServerSpec, timeout_s: float, stder
         return f"malformed tools/list result: {where}: {err['msg']} ({leaf.error_count()} problem(s))"
     if isinstance(leaf, McpError):
         msg = leaf.error.message
-        if "Connection closed" in msg or "closed" in msg.lower():
+        if leaf.error.code == CONNECTION_CLOSED:
             return f"the server exited or closed the connection before answering{tail}"
-        if "Timed out" in msg:
+        if leaf.error.code == 408 or "Timed out" in msg:     # the SDK's read timeout
             return (f"timed out after {timeout_s:g} s without a complete answer (raise --timeout, or set "
                     f"\"timeout\" on this server){tail}")
         return f"the server answered with error {leaf.error.code}: {msg}{tail}"

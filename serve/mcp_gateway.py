@@ -377,8 +377,8 @@ class Gateway:
             names = ", ".join(repr(s) for s in visible) or "none"
             return (f"refused: {server!r} is not one of the configured servers you may use ({names}); "
                     "call a tool that find_tools returned, with its 'server' as given. Nothing was run.")
-        with self._lock:
-            known = self.index is not None and ToolId(server, tool) in self.index.catalog
+        index = self.index          # a catalog is replaced whole, never changed: safe to read unlocked
+        known = index is not None and ToolId(server, tool) in index.catalog
         if not known and self.backends[server].error:
             return (f"server {server!r} is not available ({self.backends[server].error}), so its tools are "
                     "not known. Nothing was run; tell the user.")
@@ -433,7 +433,7 @@ class Gateway:
                         f"server {server!r} closed the connection during the call to {tool!r} (it may have "
                         "crashed), so the call may or may not have taken effect. toolrank starts the server "
                         "again on the next call.")
-                if "Timed out" in msg:
+                if exc.error.code == 408 or "Timed out" in msg:     # the SDK's read timeout
                     return _error_result(
                         f"server {server!r} did not answer the call to {tool!r} within {self.call_timeout_s:g} s; "
                         "the call may still be running there.")

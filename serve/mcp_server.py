@@ -250,7 +250,7 @@ def http_app(gateway: Gateway, server: "Server", host: str = "127.0.0.1") -> Any
         enable_dns_rebinding_protection=True,
         allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
         allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
-    manager = StreamableHTTPSessionManager(app=server, security_settings=security)
+    manager = StreamableHTTPSessionManager(app=server, security_settings=security, json_response=True)
 
     class _Endpoint:
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

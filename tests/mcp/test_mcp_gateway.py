@@ -149,8 +149,8 @@ async def test_refusals_and_hidden_servers(tmp_path):
 @run
 async def test_a_backend_crash_mid_call_is_a_clear_error_and_the_gateway_stays_up(tmp_path):
     cfg = write_config(tmp_path / "mcp.json", {"crashy": server("crashy"), "weather": server("weather"),
-                                               "dies": server("crashy", "--fail-at-start")})
-    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg)) as gw:
+                                               "dies": server("crashy", "--fail-at-start"), "slow": server("slow")})
+    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), "--call-timeout", "1") as gw:
         before = await gw.call_tool("call_tool", {"server": "crashy", "tool": "echo", "arguments": {"text": "hi"}})
         pid = re.search(r"pid (\d+)", text(before)).group(1)
         crashed = await gw.call_tool("call_tool", {"server": "crashy", "tool": "crash", "arguments": {}})
@@ -164,6 +164,11 @@ async def test_a_backend_crash_mid_call_is_a_clear_error_and_the_gateway_stays_u
         assert "exited or closed the connection" in found["unavailable"][0]["reason"]
         down = await gw.call_tool("call_tool", {"server": "dies", "tool": "echo", "arguments": {"text": "x"}})
         assert down.isError and "server 'dies' is not available" in text(down)
+
+        t0 = time.monotonic()
+        late = await gw.call_tool("call_tool", {"server": "slow", "tool": "wait", "arguments": {"seconds": 5}})
+        assert late.isError and "did not answer the call to 'wait' within 1 s" in text(late)
+        assert time.monotonic() - t0 < 4                                     # bounded by --call-timeout
 
         after = await gw.call_tool("call_tool", {"server": "crashy", "tool": "echo", "arguments": {"text": "again"}})
         assert not after.isError and text(after).startswith("again (pid ")   # started again on the next call
