@@ -141,8 +141,10 @@ def _index_mcp(a: argparse.Namespace) -> int:
     report = index_mcp_config(a.mcp_config, a.index, timeout_s=a.timeout)
     print(report.format())
     args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + (["--index", str(report.path)] if a.index else [])
+    import shutil   # the full path: clients (Claude Desktop, ...) start servers without this shell's PATH
+    command = shutil.which("toolrank") or "toolrank"
     print("next: add toolrank to your MCP client's configuration:\n"
-          + json.dumps({"mcpServers": {"toolrank": {"command": "toolrank", "args": args}}}))
+          + json.dumps({"mcpServers": {"toolrank": {"command": command, "args": args}}}))
     return 1 if report.failed else 0
 
 

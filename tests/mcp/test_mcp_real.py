@@ -29,7 +29,7 @@ def test_index_then_find_and_call_with_the_shipped_models(tmp_path, example, cap
     index = tmp_path / "index"
     assert toolrank(["index", "--mcp-config", str(example), "--index", str(index)]) == 0
     out = capsys.readouterr().out
-    assert "12 tools from 3 servers" in out and '"toolrank": {"command": "toolrank", "args": ["mcp", "--mcp-config"' in out
+    assert "12 tools from 3 servers" in out and '"toolrank": {"command": ' in out and '"args": ["mcp", "--mcp-config"' in out
 
     async def session() -> None:
         async with stdio_gateway(tmp_path, "--mcp-config", str(example), "--index", str(index),
