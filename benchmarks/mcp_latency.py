@@ -27,6 +27,7 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -78,89 +79,74 @@ def measure_harvest(config, rounds: int) -> dict[str, list[float]]:
     return out
 
 
-def measure_python(config_path: Path, index_dir: Path, rounds: int) -> tuple[list[float], float]:
-    from retrieval.index import ToolIndex
-    from retrieval.pipeline import load_pipeline
-
-    pipe = load_pipeline(ToolIndex.load(index_dir), public_suggestions=False)
-    pipe.search(REQUESTS[0], explain=True)                # warm: matchers, token counts
-    ms = []
-    for _ in range(rounds):
-        for r in REQUESTS:
-            t0 = time.perf_counter()
-            pipe.search(r, explain=True, fmt="mcp")
-            ms.append((time.perf_counter() - t0) * 1e3)
-    return ms, 0.0
-
-
-async def _session_runs(session, rounds: int) -> tuple[list[float], list[float]]:
-    await session.call_tool("find_tools", {"request": REQUESTS[0]})    # warm (waits for the first harvest)
-    await session.call_tool("call_tool", {"server": "weather", "tool": "get_forecast", "arguments": {"city": "Oslo"}})
-    find_ms, call_ms = [], []
-    for _ in range(rounds):
-        for r in REQUESTS:
-            t0 = time.perf_counter()
-            res = await session.call_tool("find_tools", {"request": r})
-            find_ms.append((time.perf_counter() - t0) * 1e3)
-            assert not res.isError, res
-        t0 = time.perf_counter()
-        res = await session.call_tool("call_tool", {"server": "weather", "tool": "get_forecast",
-                                                    "arguments": {"city": "Oslo"}})
-        call_ms.append((time.perf_counter() - t0) * 1e3)
-        assert not res.isError, res
-    return find_ms, call_ms
-
-
 def gateway_args(config_path: Path, index_dir: Path) -> list[str]:
     return ["-m", "retrieval.cli", "mcp", "--mcp-config", str(config_path), "--index", str(index_dir),
             "--no-suggestions", "--no-save"]
 
 
-def measure_stdio(config_path: Path, index_dir: Path, rounds: int, env: dict[str, str]) -> tuple[list[float], list[float], float]:
+def measure_find_and_call(config_path: Path, index_dir: Path, rounds: int, env: dict[str, str]) -> dict[str, Any]:
+    """find_tools and call_tool, interleaved request by request over the three routes (Python,
+    stdio, HTTP), so that load from elsewhere on the machine falls on all three alike."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
 
-    async def go():
+    from retrieval.index import ToolIndex
+    from retrieval.pipeline import load_pipeline
+
+    pipe = load_pipeline(ToolIndex.load(index_dir), public_suggestions=False)
+    pipe.search(REQUESTS[0], explain=True)                # warm: matchers, token counts
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, *gateway_args(config_path, index_dir), "--http", f"127.0.0.1:{port}"],
+                            cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out: dict[str, Any] = {k: [] for k in ("python", "stdio", "http", "stdio_call", "http_call")}
+    call = {"server": "weather", "tool": "get_forecast", "arguments": {"city": "Oslo"}}
+
+    async def timed(key: str, session, tool: str, args: dict) -> None:
+        t0 = time.perf_counter()
+        res = await session.call_tool(tool, args)
+        out[key].append((time.perf_counter() - t0) * 1e3)
+        assert not res.isError, res
+
+    async def go() -> None:
         params = StdioServerParameters(command=sys.executable, args=gateway_args(config_path, index_dir), env=env,
                                        cwd=str(ROOT))
         t0 = time.perf_counter()
         async with stdio_client(params, errlog=open(os.devnull, "w")) as (read, write):
-            async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=120)) as s:
-                await s.initialize()
-                await s.call_tool("find_tools", {"request": "warm up"})
-                ready = time.perf_counter() - t0
-                find_ms, call_ms = await _session_runs(s, rounds)
-        return find_ms, call_ms, ready
-    return anyio.run(go)
-
-
-def measure_http(config_path: Path, index_dir: Path, rounds: int, env: dict[str, str]) -> tuple[list[float], list[float]]:
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, *gateway_args(config_path, index_dir), "--http", f"127.0.0.1:{port}"],
-                            cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=120)) as stdio:
+                await stdio.initialize()
+                await stdio.call_tool("find_tools", {"request": "warm up"})
+                out["ready_s"] = time.perf_counter() - t0
+                end = time.monotonic() + 60
+                while True:
+                    try:
+                        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                        break
+                    except OSError:
+                        if time.monotonic() > end or proc.poll() is not None:
+                            raise SystemExit("toolrank mcp --http did not start")
+                        await anyio.sleep(0.05)
+                async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (hread, hwrite, _):
+                    async with ClientSession(hread, hwrite) as http:
+                        await http.initialize()
+                        for session in (stdio, http):                     # warm both
+                            await session.call_tool("find_tools", {"request": REQUESTS[0]})
+                            await session.call_tool("call_tool", call)
+                        for _ in range(rounds):
+                            for r in REQUESTS:
+                                t1 = time.perf_counter()
+                                pipe.search(r, explain=True, fmt="mcp")
+                                out["python"].append((time.perf_counter() - t1) * 1e3)
+                                await timed("stdio", stdio, "find_tools", {"request": r})
+                                await timed("http", http, "find_tools", {"request": r})
+                            await timed("stdio_call", stdio, "call_tool", call)
+                            await timed("http_call", http, "call_tool", call)
     try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > end or proc.poll() is not None:
-                    raise SystemExit("toolrank mcp --http did not start")
-                time.sleep(0.05)
-
-        async def go():
-            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, _):
-                async with ClientSession(read, write) as s:
-                    await s.initialize()
-                    return await _session_runs(s, rounds)
-        return anyio.run(go)
+        anyio.run(go)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+    return out
 
 
 def measure_direct_call(config, rounds: int) -> list[float]:
@@ -209,35 +195,31 @@ def main(argv: list[str] | None = None) -> int:
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
     harvest = measure_harvest(config, a.rounds)
-    py_ms, _ = measure_python(config_path, index_dir, a.rounds)
-    stdio_find, stdio_call, ready_s = measure_stdio(config_path, index_dir, a.rounds, env)
-    http_find, http_call = measure_http(config_path, index_dir, a.rounds, env)
+    m = measure_find_and_call(config_path, index_dir, a.rounds, env)
     direct = measure_direct_call(config, a.rounds * 4)
 
     tools = {s.name: s.tools for s in report.servers}
     print(f"`toolrank index --mcp-config` (first build, {report.tools} tools, shipped encoder): {index_s:.1f} s; "
-          f"`toolrank mcp` start to first answer (stdio, index present): {ready_s:.1f} s\n")
+          f"`toolrank mcp` start to first answer (stdio, index present): {m['ready_s']:.1f} s\n")
     print("| harvest, per server (start → last tools/list page) | p50 ms | p95 ms | n |")
     print("|---|---:|---:|---:|")
     for name, ms in harvest.items():
         print(row(f"{name} ({tools.get(name, '?')} tools)", ms))
     print()
-    print(f"| find_tools ({len(REQUESTS)} requests × {a.rounds}) | p50 ms | p95 ms | n |")
+    print(f"| find_tools ({len(REQUESTS)} requests × {a.rounds}, interleaved) | p50 ms | p95 ms | n |")
     print("|---|---:|---:|---:|")
-    print(row("Python: `Pipeline.search(..., explain=True)`", py_ms))
-    print(row("MCP over stdio (`toolrank mcp`)", stdio_find))
-    print(row("MCP over streamable HTTP (`toolrank mcp --http`)", http_find))
+    print(row("Python: `Pipeline.search(..., explain=True)`", m["python"]))
+    print(row("MCP over stdio (`toolrank mcp`)", m["stdio"]))
+    print(row("MCP over streamable HTTP (`toolrank mcp --http`)", m["http"]))
     print()
     print("| call_tool weather/get_forecast | p50 ms | p95 ms | n |")
     print("|---|---:|---:|---:|")
     print(row("direct to the server (SDK client, stdio)", direct))
-    print(row("through the gateway over stdio", stdio_call))
-    print(row("through the gateway over streamable HTTP", http_call))
+    print(row("through the gateway over stdio", m["stdio_call"]))
+    print(row("through the gateway over streamable HTTP", m["http_call"]))
     if a.json:
-        a.json.write_text(json.dumps({"harvest_ms": harvest, "python_ms": py_ms, "stdio_find_ms": stdio_find,
-                                      "http_find_ms": http_find, "direct_call_ms": direct,
-                                      "stdio_call_ms": stdio_call, "http_call_ms": http_call,
-                                      "index_s": index_s, "ready_s": ready_s}, indent=1))
+        a.json.write_text(json.dumps({"harvest_ms": harvest, "direct_call_ms": direct, "index_s": index_s, **m},
+                                     indent=1))
     return 0
 
 
