@@ -201,14 +201,27 @@ def cmd_eval(a: argparse.Namespace) -> int:
         queries = queries[: a.limit]
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
     pipe = None
-    if "scorer" in stages or a.abstain or a.tokens:
+    if {"scorer", "logit"} & set(stages) or a.abstain or a.tokens:
         pipe = _pipeline(index, a.model, a.no_model, a.threads, a.score_top)
-    reranker = None
+    rerankers = {}
     if "scorer" in stages:
-        def reranker(request, need, hits, eligible):
-            return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top, eligible)]
+        rerankers["scorer"] = lambda request, need, hits, eligible: [
+            tid for tid, _ in pipe.rank(request, need, hits, a.score_top, eligible)]
+    if "logit" in stages:
+        if pipe.scorer is None:
+            raise ValueError("the 'logit' stage needs a scorer model (not --no-model)")
+
+        def logit_alone(request, need, hits, eligible):
+            import numpy as np
+            logits = pipe.scorer.logits(request, need, [index.catalog[h.tool_id] for h in hits])
+            return [hits[i].tool_id for i in np.argsort(-np.asarray(logits), kind="stable")]
+        rerankers["logit"] = logit_alone
+    if "retrieval-confidence" in stages:  # the same confidence model without the logit, fitted on dev
+        retrieval_only = _pipeline(index, None, True, a.threads)
+        rerankers["retrieval-confidence"] = lambda request, need, hits, eligible: [
+            tid for tid, _ in retrieval_only.rank(request, need, hits, None, eligible)]
     report = evaluate(index, queries, stages=stages, use_need=a.use_need, org_size=a.org_size, seed=a.seed,
-                      reranker=reranker, show_progress=not a.json)
+                      rerankers=rerankers, show_progress=not a.json)
     if a.nofit and not a.abstain:
         raise ValueError("--nofit needs --abstain")
     nofit_rep = None
@@ -313,7 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--use-need", action="store_true", help="add the need line to the request")
     s.add_argument("--org-size", type=int, help="search inside a random organisation of N servers per query")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--stages", default="bm25,dense,hybrid,scorer")
+    s.add_argument("--stages", default="bm25,dense,hybrid,scorer",
+                   help="comma-separated, in order: bm25, dense, hybrid, logit (cross-encoder logit alone over the "
+                        "hybrid 100), retrieval-confidence (the confidence model without the logit), scorer; "
+                        "the last is compared with each earlier one, question by question")
     s.add_argument("--model", type=Path)
     s.add_argument("--no-model", action="store_true")
     s.add_argument("--abstain", action="store_true", help="also measure abstention (AUROC, no_fit shares)")

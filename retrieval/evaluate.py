@@ -21,7 +21,10 @@ from .paired import paired_top1
 __all__ = ["Query", "load_queries", "evaluate", "format_report", "STAGES", "draw_organisation"]
 
 log = logging.getLogger(__name__)
-STAGES = ("bm25", "dense", "hybrid", "scorer")
+STAGES = ("bm25", "dense", "hybrid", "logit", "retrieval-confidence", "scorer")
+# Stages that re-rank the hybrid's 100: the cross-encoder logit alone, the confidence model
+# without the logit (retrieval evidence only, fitted on dev), and the whole scorer.
+RERANKING_STAGES = ("logit", "retrieval-confidence", "scorer")
 
 # A reranker takes (request, need, hybrid hits, eligibility) and returns tool ids best first.
 Reranker = Callable[[str, "str | None", list[Hit], Eligibility | None], list[ToolId]]
@@ -108,7 +111,7 @@ def _summarise(ranks: list[int | None], lenient: list[int | None], styles: list[
 def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str] = ("bm25", "dense", "hybrid"),
              use_need: bool = False, org_size: int | None = None, seed: int = 0,
              reranker: Reranker | None = None, show_progress: bool = False,
-             per_query: list | None = None) -> dict:
+             per_query: list | None = None, rerankers: dict[str, Reranker] | None = None) -> dict:
     """Rank every query through each stage and report the labelled tool's position.
 
     Raises:
@@ -121,8 +124,12 @@ def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str
     bad = [s for s in stages if s not in STAGES]
     if bad:
         raise ValueError(f"unknown stage(s) {bad}; choose from {', '.join(STAGES)}")
-    if "scorer" in stages and reranker is None:
-        raise ValueError("the 'scorer' stage needs a model: pass --model DIR or ship one in models/")
+    rerankers = dict(rerankers or {})
+    if reranker is not None:
+        rerankers["scorer"] = reranker
+    for stage in stages:
+        if stage in RERANKING_STAGES and stage not in rerankers:
+            raise ValueError(f"the {stage!r} stage needs a model: pass --model DIR or ship one in models/")
     missing = [q.target for q in queries if q.target not in index.catalog]
     if missing:
         raise CatalogError(f"{len(missing)} queries name tools not in the index, e.g. {missing[0]}")
@@ -139,14 +146,14 @@ def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str
         eligible = None
         if org_size:
             eligible = Eligibility.of(servers=draw_organisation(servers, q.target.server, org_size, rng))
-        qv = index.embed_query(q.query, need) if any(s in stages for s in ("dense", "hybrid", "scorer")) else None
+        qv = index.embed_query(q.query, need) if any(s in stages for s in ("dense", "hybrid", *RERANKING_STAGES)) else None
         hybrid_hits = None
         row = {"id": q.id, "style": q.style}
         for stage in stages:
-            if stage == "scorer":
+            if stage in RERANKING_STAGES:
                 if hybrid_hits is None:
                     hybrid_hits = index.retrieve(q.query, need, eligible, k=100, query_vector=qv)
-                ranked = reranker(q.query, need, hybrid_hits, eligible)
+                ranked = rerankers[stage](q.query, need, hybrid_hits, eligible)
             else:
                 hits = index.retrieve(q.query, need, eligible, k=100, stage=stage, query_vector=qv)
                 if stage == "hybrid":
@@ -174,34 +181,35 @@ def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str
 
 def format_report(report: dict) -> str:
     """The report as a readable table."""
+    w = max(8, *(len(s) for s in report["stages"]))
     lines = [
         f"queries: {report['n']}   org size: {report['org_size'] or 'all servers'}   seed: {report['seed']}   "
         f"need: {'yes' if report['use_need'] else 'no (request alone)'}   examples indexed: {'yes' if report['examples'] else 'no'}",
         "",
-        f"{'stage':<8} {'top1':>7} {'top5':>7} {'top20':>7} {'rec100':>7} {'top1 len':>9} {'top5 len':>9}",
+        f"{'stage':<{w}} {'top1':>7} {'top5':>7} {'top20':>7} {'rec100':>7} {'top1 len':>9} {'top5 len':>9}",
     ]
     for stage, m in report["stages"].items():
-        lines.append(f"{stage:<8} {m['top1']:>7.1%} {m['top5']:>7.1%} {m['top20']:>7.1%} {m['recall100']:>7.1%} "
+        lines.append(f"{stage:<{w}} {m['top1']:>7.1%} {m['top5']:>7.1%} {m['top20']:>7.1%} {m['recall100']:>7.1%} "
                      f"{m['top1_lenient']:>9.1%} {m['top5_lenient']:>9.1%}")
     styles = sorted({s for m in report["stages"].values() for s in m["by_style"]})
     if styles and styles != ["-"]:
-        lines += ["", "by style (top1 / top5):", f"{'stage':<8} " + " ".join(f"{s:>17}" for s in styles)]
+        lines += ["", "by style (top1 / top5):", f"{'stage':<{w}} " + " ".join(f"{s:>17}" for s in styles)]
         for stage, m in report["stages"].items():
             cells = []
             for s in styles:
                 v = m["by_style"].get(s)
                 cells.append(f"{v['top1']:>7.1%} / {v['top5']:>6.1%}" if v else f"{'-':>17}")
-            lines.append(f"{stage:<8} " + " ".join(cells))
+            lines.append(f"{stage:<{w}} " + " ".join(cells))
         counts = next(iter(report["stages"].values()))["by_style"]
-        lines.append(f"{'n':<8} " + " ".join(f"{counts.get(s, {}).get('n', 0):>17}" for s in styles))
+        lines.append(f"{'n':<{w}} " + " ".join(f"{counts.get(s, {}).get('n', 0):>17}" for s in styles))
     paired = report.get("paired_top1")
     if paired:
         lines += ["", f"paired, top 1: {paired['stage']} against each stage, questions won / lost "
                       "(exact McNemar p), overall" + (" and by style" if styles and styles != ["-"] else "") + ":"]
         shown = styles if styles and styles != ["-"] else []
-        lines.append(f"{'against':<8} {'all':>17} " + " ".join(f"{s:>17}" for s in shown))
+        lines.append(f"{'against':<{w}} {'all':>17} " + " ".join(f"{s:>17}" for s in shown))
         for other, c in paired["against"].items():
             cells = [c] + [c["by_style"].get(s) for s in shown]
-            lines.append(f"{other:<8} " + " ".join(
+            lines.append(f"{other:<{w}} " + " ".join(
                 f"{'+%d / -%d (%.2g)' % (v['wins'], v['losses'], v['p']):>17}" if v else f"{'-':>17}" for v in cells))
     return "\n".join(lines)
