@@ -347,9 +347,11 @@ class _Lease:
         self._renewed = 0.0
         self.lost: QdrantWriteConflict | None = None
 
-    def _point(self) -> Any:
+    def _point(self, holder: str | None = None) -> Any:
+        free = holder == ""
         return models.PointStruct(id=LOCK_ID, vector={}, payload={
-            "kind": "lock", "holder": self.token, "expires": time.time() + self.coll.config.lock_lease_s})
+            "kind": "lock", "holder": self.token if holder is None else holder,
+            "expires": 0.0 if free else time.time() + self.coll.config.lock_lease_s})
 
     def _holder(self) -> dict[str, Any] | None:
         found = self.coll.call(self.coll.client.retrieve, self.coll.name, [LOCK_ID], with_payload=True)
@@ -366,6 +368,13 @@ class _Lease:
             if held is not None and held.get("holder") == self.token:
                 self._renewed = time.monotonic()
                 return False
+            if held is not None and held.get("holder") == "":   # released: take it if nobody was faster
+                c.call(c.client.upsert, c.name, points=[self._point()], wait=True,
+                       update_filter=models.Filter(must=[_match("holder", "")]))
+                if (self._holder() or {}).get("holder") == self.token:
+                    self._renewed = time.monotonic()
+                    return False
+                continue
             if held is not None and float(held.get("expires", 0)) < time.time():
                 # Take over only if the stale holder still has it (two waiters may both see it stale).
                 c.call(c.client.upsert, c.name, points=[self._point()], wait=True, update_filter=models.Filter(must=[
@@ -398,10 +407,11 @@ class _Lease:
         return self.lost
 
     def release(self) -> None:
+        """Free the lock (holder ``""``) if we still hold it; one point is read and written."""
         c = self.coll
         with contextlib.suppress(Exception):
-            c.call(c.client.delete, c.name, points_selector=models.FilterSelector(filter=models.Filter(must=[
-                models.HasIdCondition(has_id=[LOCK_ID]), _match("holder", self.token)])), wait=True)
+            c.call(c.client.upsert, c.name, points=[self._point("")], wait=True,
+                   update_filter=models.Filter(must=[_match("holder", self.token)]))
 
 
 # ---------------------------------------------------------------------------------- the tool table
@@ -459,6 +469,7 @@ class _State:
         self.order = order          # sorted (v_from, seq, owner, server) of each server's first entry
         self.df = df                # owner -> document frequency per local term id
         self.counts = counts        # owner -> tools
+        self.hidden: frozenset[str] = frozenset()   # points closed at or before this version, not yet deleted
         self._views: dict[str | None, _View] = {}
         self._lock = threading.Lock()
 
@@ -530,6 +541,12 @@ class _State:
 
     def entries_of(self, owner: str, server: str) -> tuple[_Entry, ...]:
         return self.servers.get((owner, server), ())
+
+    def with_hidden(self, head: dict[str, Any]) -> "_State":
+        """This state, knowing from ``head`` which closed points it must exclude by id."""
+        closed = head.get("closed") or {}
+        self.hidden = frozenset(pid for v, ids in closed.items() if int(v) <= self.version for pid in ids)
+        return self
 
 
 class _View:
@@ -608,9 +625,13 @@ class _View:
     def filter(self, eligible: Eligibility | None) -> Any | None:
         """The payload filter of a search in this view at this version; None when nothing is eligible."""
         v = self.version
-        must: list[Any] = [_range("v_from", lte=v), _range("v_to", gt=v)]
-        must.append(_match("owner", PUBLIC) if self.owner is None else _match_any("owner", [PUBLIC, self.owner]))
-        must_not = []
+        # Visible at v: written at or before v and not closed at or before v. The points closed at or
+        # before v that still exist are few and known (the head lists them until they are deleted).
+        must: list[Any] = [_range("v_from", lte=v)]
+        must_not: list[Any] = [models.HasIdCondition(has_id=sorted(self.state.hidden))] if self.state.hidden else []
+        others = [o for o, n in self.state.counts.items() if n > 0 and o not in (PUBLIC, self.owner)]
+        if others:   # only then can another owner's point match (later ones are excluded by version)
+            must.append(_match("owner", PUBLIC) if self.owner is None else _match_any("owner", [PUBLIC, self.owner]))
         if self.shadowed:
             must_not.append(models.Filter(must=[_match("owner", PUBLIC), _match_any("server", sorted(self.shadowed))]))
         if eligible is not None and eligible.servers is not None:
@@ -652,9 +673,13 @@ class QdrantToolIndex(ToolIndex):
         self._head = dict(head)
         self._lock = threading.RLock()
         self._state = state
-        self._view = state.view(owner)
 
     # -------------------------------------------------------------------------- what ToolIndex users read
+
+    @property
+    def _view(self) -> _View:
+        """The tool table as this index's tenant sees it (made on first use after each version)."""
+        return self._state.view(self.owner)
 
     @property
     def catalog(self) -> Catalog:  # type: ignore[override]
@@ -662,7 +687,7 @@ class QdrantToolIndex(ToolIndex):
 
     @property
     def version(self) -> int:  # type: ignore[override]
-        return self._view.version
+        return self._state.version
 
     @version.setter
     def version(self, value: int) -> None:  # ToolIndex.__init__ never runs here; refuse silent misuse
@@ -857,7 +882,6 @@ class QdrantToolIndex(ToolIndex):
         self._head = dict(head)
         self.avgdl = float(head.get("avgdl", self.avgdl))
         self._state = state
-        self._view = state.view(self.owner)
 
     # -------------------------------------------------------------------------- writes
 
@@ -931,7 +955,15 @@ class QdrantToolIndex(ToolIndex):
                 coll.call(coll.client.set_payload, coll.name, payload={"v_to": new_version},
                           points=[e.point for e in closed], wait=True)
             oldest = max(int(head.get("oldest", 1)), new_version - coll.config.keep_versions + 1)
-            commit = {**head, "version": new_version, "oldest": oldest, "writer": lease.token}
+            # Points closed at version c are read by versions before c only: collectable once c <= oldest.
+            closed_at = {v: ids for v, ids in (head.get("closed") or {}).items()}
+            if closed:
+                closed_at[str(new_version)] = [e.point for e in closed]
+            collect = [pid for v, ids in closed_at.items() if int(v) <= oldest for pid in ids]
+            closed_at = {v: ids for v, ids in closed_at.items() if int(v) > oldest}
+            commit = {**head, "version": new_version, "oldest": oldest, "writer": lease.token, "closed": closed_at}
+            if collect:   # read by no readable version any more (nor listed by the new head): delete them, by id
+                coll.call(coll.client.delete, coll.name, points_selector=models.PointIdsList(points=collect), wait=True)
             lease.renew()
             coll.call(coll.client.upsert, coll.name, points=[models.PointStruct(id=HEAD_ID, vector={}, payload=commit)],
                       wait=True, update_filter=models.Filter(must=[_match_int("version", version)]))
@@ -939,12 +971,8 @@ class QdrantToolIndex(ToolIndex):
             if int(now.get("version", -1)) != new_version or now.get("writer") != lease.token:
                 raise lease.conflict(f"another writer committed version {now.get('version')} of {coll.config.where} "
                                           "while our lock had expired; retry the change")
-            # Points closed before the oldest readable version are no longer needed by anyone.
-            coll.call(coll.client.delete, coll.name, points_selector=models.FilterSelector(filter=models.Filter(must=[
-                _match("kind", "tool"), _range("v_to", lte=oldest)])), wait=False)
             self._head = commit
-            self._state = state.changed(new_version, oldest, added, closed)
-            self._view = self._state.view(self.owner)
+            self._state = state.changed(new_version, oldest, added, closed).with_hidden(commit)
             log.info("%s server %r (owner %r): version %d, %d points written, %d closed",
                      "removed" if new_tools is None else "upserted", server, owner, new_version, len(points), len(closed))
             return len(added_tools), len(closed)
@@ -1151,13 +1179,13 @@ def _load_state(coll: QdrantCollection, head: dict[str, Any], base: _State | Non
             for a in added:
                 known[a.point] = a
             state = state.changed(v, oldest, added, removed)
-        return _State(version, oldest, state.vocab, state.servers, state.order, state.df, state.counts)
+        return _State(version, oldest, state.vocab, state.servers, state.order, state.df, state.counts).with_hidden(head)
     flt = models.Filter(must=[_match("kind", "tool"), _range("v_from", lte=version), _range("v_to", gt=version)])
     entries = [_entry_of(p, vocab) for p in coll.scroll(flt)]
     after = coll.head() or {}
     if int(after.get("oldest", 1)) > version:   # points of our version were collected while we read
         return _load_state(coll, after, None, vocab)
-    return _State.from_entries(version, oldest, vocab, entries)
+    return _State.from_entries(version, oldest, vocab, entries).with_hidden(head)
 
 
 def _check_head(head: dict[str, Any], coll: QdrantCollection) -> None:

@@ -242,9 +242,10 @@ def test_statistics_do_not_cross_tenants(qdrant, idf):
 # ------------------------------------------------------------------ updates and versions
 
 
-def test_an_upsert_touches_only_that_servers_points(qdrant):
+def test_an_upsert_touches_only_that_servers_points(qdrant, caplog):
     encoder = HashEncoder()
     index = qdrant.build(encoder=encoder)
+    pinned = qdrant.replica(index)
     before = tool_points(index)
     slack = index.catalog.server_tools("Slack")
     changed = [slack[0], Tool("Slack", slack[1].name, "List every channel of a workspace")]
@@ -263,6 +264,11 @@ def test_an_upsert_touches_only_that_servers_points(qdrant):
     assert index.version == 2
     assert index.catalog[ToolId("Slack", "list_channels")].description == "List every channel of a workspace"
     assert index.upsert_server("Slack", "Team chat", changed) == 0 and index.version == 2   # nothing changed
+    # each version's search sees its own point of the changed tool, never the other's
+    for view, version in ((index, 2), (pinned, 1)):
+        hits = view.retrieve("list every channel of a workspace", k=100)
+        assert view.version == version and len(hits) == 8 and len({h.tool_id for h in hits}) == 8
+    assert "unknown at version" not in caplog.text
 
 
 def test_a_replica_keeps_its_version_until_refreshed_then_sees_the_change(qdrant):
@@ -314,7 +320,7 @@ def test_a_crashed_writers_lock_is_taken_over_and_its_leftovers_undone(qdrant):
     index.upsert_server("Slack", "Team chat", [Tool("", "post_message", "Post a message")])
     assert "Ghost" not in index.catalog.servers
     assert all(p["server"] != "Ghost" for p in tool_points(index).values())
-    assert not coll.client.retrieve(coll.name, [LOCK_ID])   # released
+    assert coll.client.retrieve(coll.name, [LOCK_ID])[0].payload["holder"] == ""   # released
 
 
 def test_a_live_lock_makes_a_writer_wait_then_give_up(qdrant):
