@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterable
 
 import anyio
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from retrieval.pipeline import Pipeline, Policy
     from retrieval.results import SearchResult
 
-__all__ = ["Components", "default_components", "Backend", "BackendUnavailable", "Gateway",
+__all__ = ["Components", "default_components", "Backend", "BackendUnavailable", "ConnectionLost", "Gateway",
            "gateway_eligibility", "DEFAULT_CALL_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,21 @@ class BackendUnavailable(RuntimeError):
     """A configured server could not be started or reached (the message says why)."""
 
 
+class ConnectionLost(RuntimeError):
+    """A backend's connection ended while a request was waiting for its answer."""
+
+
+@dataclass
+class _Connection:
+    """One live session to a server, and the events that end it."""
+
+    stop: anyio.Event = field(default_factory=anyio.Event)     # set to close it
+    dead: anyio.Event = field(default_factory=anyio.Event)     # set once closed, for whatever reason
+    session: "ClientSession | None" = None
+    init: "types.InitializeResult | None" = None
+    reason: str = ""                                           # why it ended, when it broke
+
+
 class Backend:
     """One configured server and its live SDK session, started on demand and again after a crash."""
 
@@ -114,68 +129,110 @@ class Backend:
         self.spec = spec
         self.name = spec.name
         self.timeout_s = spec.timeout_s or timeout_s
-        self.session: "ClientSession | None" = None
-        self.init: "types.InitializeResult | None" = None
         self.error: str | None = None           # why the last start failed (None once running)
         self.starts = 0
-        self._stop: anyio.Event | None = None
+        self._conn: _Connection | None = None
         self._lock = anyio.Lock()
         self._on_tools_changed = on_tools_changed
         self.refreshing = False
         self.refresh_again = False
 
-    async def connect(self, holders: anyio.abc.TaskGroup) -> "ClientSession":
-        """The live session, starting the server first if there is none.
+    @property
+    def session(self) -> "ClientSession | None":
+        return self._conn.session if self._conn is not None else None
+
+    @property
+    def init(self) -> "types.InitializeResult | None":
+        return self._conn.init if self._conn is not None else None
+
+    async def connect(self, holders: anyio.abc.TaskGroup) -> _Connection:
+        """The live connection, starting the server first if there is none.
 
         Raises:
             BackendUnavailable: the server does not start or answer ``initialize`` in time.
         """
         async with self._lock:
-            if self.session is not None:
-                return self.session
-            stop = anyio.Event()
+            if self._conn is not None and not self._conn.dead.is_set():
+                return self._conn
+            conn = _Connection()
             try:
-                session, init = await holders.start(self._hold, stop)
+                await holders.start(self._hold, conn)
             except Exception as exc:  # noqa: BLE001 - the server's fault: said, not raised
                 self.error = describe_error(exc, self.spec, self.timeout_s)
                 log.warning("server %r: %s", self.name, self.error)
                 raise BackendUnavailable(self.error) from None
-            self.session, self.init, self._stop, self.error = session, init, stop, None
+            self._conn, self.error = conn, None
             self.starts += 1
-            return session
+            return self._conn
 
-    def drop(self, session: "ClientSession") -> None:
-        """Forget a dead session; its holder task closes it (and stops the process)."""
-        if self.session is session:
-            self.session = None
-            if self._stop is not None:
-                self._stop.set()
+    @staticmethod
+    async def within(conn: _Connection, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` (a request on ``conn``), unless the connection ends first.
+
+        Raises:
+            ConnectionLost: the connection ended first (the server crashed, or its transport broke).
+            Exception: whatever ``fn`` raised (``McpError`` for an error answer or a timeout).
+        """
+        outcome: dict[str, Any] = {}
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                await conn.dead.wait()
+                tg.cancel_scope.cancel()
+            tg.start_soon(watch)
+            try:
+                outcome["result"] = await fn()
+            except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group
+                outcome["error"] = exc
+            tg.cancel_scope.cancel()
+        if "error" in outcome:
+            raise outcome["error"]
+        if "result" not in outcome:
+            raise ConnectionLost(conn.reason or "the connection closed")
+        return outcome["result"]
+
+    def drop(self, conn: _Connection, reason: str = "") -> None:
+        """Close a broken connection (its holder task stops a stdio server); the next call starts anew."""
+        conn.reason = conn.reason or reason
+        conn.stop.set()
+        if self._conn is conn:
+            self._conn = None
 
     def close(self) -> None:
-        self.session = None
-        if self._stop is not None:
-            self._stop.set()
+        if self._conn is not None:
+            self._conn.stop.set()
+            self._conn = None
 
-    async def _hold(self, stop: anyio.Event, *, task_status: Any) -> None:
+    async def _hold(self, conn: _Connection, *, task_status: Any) -> None:
+        """Open the session, hand it over, and keep it open until ``conn.stop`` (its own task,
+        so that a transport that dies takes only this task with it)."""
+        async def on_message(message: Any) -> None:
+            from mcp import types
+
+            if isinstance(message, types.ServerNotification) and \
+                    isinstance(message.root, types.ToolListChangedNotification):
+                log.info("server %r: tools changed; harvesting again", self.name)
+                self._on_tools_changed(self)
+            elif isinstance(message, Exception):
+                # Something arrived that is not MCP, or the transport failed: the answers to
+                # pending requests may never come. Close the connection so they fail now.
+                reason = describe_error(message, self.spec, self.timeout_s)
+                log.warning("server %r: transport error, closing the connection: %s", self.name, reason)
+                self.drop(conn, reason)
+
         started = False
         try:
-            async with open_session(self.spec, timeout_s=self.timeout_s, message_handler=self._on_message) as opened:
+            async with open_session(self.spec, timeout_s=self.timeout_s, message_handler=on_message) as opened:
+                conn.session, conn.init = opened
                 started = True
-                task_status.started(opened)
-                await stop.wait()
+                task_status.started()
+                await conn.stop.wait()
         except Exception as exc:  # noqa: BLE001 - a dying transport must never take the gateway down
             if not started:
                 raise
-            log.info("server %r: connection closed (%s)", self.name, describe_error(exc, self.spec, self.timeout_s))
-
-    async def _on_message(self, message: Any) -> None:
-        from mcp import types
-
-        if isinstance(message, types.ServerNotification) and isinstance(message.root, types.ToolListChangedNotification):
-            log.info("server %r: tools changed; harvesting again", self.name)
-            self._on_tools_changed(self)
-        elif isinstance(message, Exception):
-            log.warning("server %r: transport error: %s", self.name, message)
+            conn.reason = conn.reason or describe_error(exc, self.spec, self.timeout_s)
+            log.info("server %r: connection closed (%s)", self.name, conn.reason)
+        finally:
+            conn.dead.set()
 
 
 def _error_result(text: str) -> "types.CallToolResult":
@@ -273,19 +330,23 @@ class Gateway:
         """One server's tools over its live session (started if needed); never raises."""
         t0 = anyio.current_time()
         try:
-            session = await b.connect(self._holders)
+            conn = await b.connect(self._holders)
         except BackendUnavailable as exc:
             return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0, str(exc))
         try:
             with anyio.fail_after(b.timeout_s):
-                listed = await list_all_tools(session)
-            description = server_description(b.spec, b.init)
+                listed = await b.within(conn, lambda: list_all_tools(conn.session))
+            description = server_description(b.spec, conn.init)
             tools = tools_from_listing(b.name, description, listed, str(self.config.path))
+        except ConnectionLost as exc:
+            b.drop(conn)
+            return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0,
+                                 f"the connection ended while listing its tools ({exc})")
         except Exception as exc:  # noqa: BLE001 - reported per server
             reason = describe_error(exc, b.spec, b.timeout_s)
             log.warning("server %r: %s", b.name, reason)
             if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError)):
-                b.drop(session)
+                b.drop(conn, reason)
             return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0, reason)
         return ServerHarvest(b.name, tools, description, anyio.current_time() - t0)
 
@@ -410,24 +471,31 @@ class Gateway:
             params=types.CallToolRequestParams(name=tool, arguments=arguments)))
         for attempt in (1, 2):
             try:
-                session = await b.connect(self._holders)
+                conn = await b.connect(self._holders)
             except BackendUnavailable as exc:
                 return _error_result(f"server {server!r} is not available: {exc}. Nothing was run; "
                                      "tell the user, or try again later.")
+            # send_request, not ClientSession.call_tool: the result goes back exactly as the server
+            # sent it (call_tool would re-validate structured content and list tools again).
+            send = lambda: conn.session.send_request(  # noqa: E731
+                request, types.CallToolResult, request_read_timeout_seconds=timedelta(seconds=self.call_timeout_s))
             try:
-                # send_request, not ClientSession.call_tool: the result goes back exactly as the server
-                # sent it (call_tool would re-validate structured content and list tools again).
-                return await session.send_request(request, types.CallToolResult,
-                                                  request_read_timeout_seconds=timedelta(seconds=self.call_timeout_s))
+                return await b.within(conn, send)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                # The session had died before this call (the request never left): start it again, once.
-                b.drop(session)
+                # The connection had ended before this call (the request never left): start it again, once.
+                b.drop(conn)
                 if attempt == 2:
                     return _error_result(f"server {server!r} keeps closing its connection; nothing was run.")
+            except ConnectionLost as exc:
+                b.drop(conn)
+                log.warning("server %r: the connection broke during a call to %r: %s", server, tool, exc)
+                return _error_result(
+                    f"the connection to server {server!r} broke during the call to {tool!r} ({exc}), so the call "
+                    "may or may not have taken effect. toolrank connects again on the next call.")
             except McpError as exc:
                 msg = exc.error.message or ""
                 if exc.error.code == types.CONNECTION_CLOSED or "Connection closed" in msg:
-                    b.drop(session)
+                    b.drop(conn)
                     log.warning("server %r closed the connection during a call to %r", server, tool)
                     return _error_result(
                         f"server {server!r} closed the connection during the call to {tool!r} (it may have "

@@ -48,6 +48,31 @@ def test_gateway_over_streamable_http(tmp_path):
                                                              "arguments": {"query": "a"}})
                     assert found.structuredContent == {"result": ["a"]}
         anyio.run(second)
+
+        # The HTTP backend goes away mid-session: a clear error at once, and back when it is.
+        stop(backend)
+
+        async def backend_gone() -> None:
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, _):
+                async with ClientSession(read, write) as gw:
+                    await gw.initialize()
+                    with anyio.fail_after(5):                   # never the 120 s call timeout
+                        gone = await gw.call_tool("call_tool", {"server": "weather", "tool": "get_forecast",
+                                                                "arguments": {"city": "Oslo"}})
+                    assert gone.isError and "weather" in text(gone) and "cannot reach" in text(gone)
+                    found = payload(await gw.call_tool("find_tools", {"request": "create note about milk"}))
+                    assert found["tools"][0]["name"] == "create_note"                 # still answering
+        anyio.run(backend_gone)
+        backend = start([str(SERVERS / "weather.py"), "--http", str(backend_port)], tmp_path, backend_port)
+
+        async def backend_back() -> None:
+            async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, _):
+                async with ClientSession(read, write) as gw:
+                    await gw.initialize()
+                    back = await gw.call_tool("call_tool", {"server": "weather", "tool": "get_forecast",
+                                                            "arguments": {"city": "Oslo"}})
+                    assert not back.isError and text(back).startswith("Oslo: sunny")
+        anyio.run(backend_back)
         # DNS-rebinding protection: a request naming another host is turned away.
         r = httpx.post(f"http://127.0.0.1:{port}/mcp", headers={"Host": "evil.example:80"}, json={})
         assert r.status_code in (400, 403, 421)
