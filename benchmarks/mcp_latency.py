@@ -6,8 +6,8 @@
    the SDK's client, ``--rounds`` times; the median from start to the last page per server.
 2. find_tools: the same requests answered by the shipped pipeline called from Python
    (``Pipeline.search``, as the gateway calls it) and by ``toolrank mcp`` over stdio and over
-   streamable HTTP (a real subprocess; the SDK's client on this side). The difference is the cost
-   of the protocol: JSON-RPC framing, the transport, and the answer's JSON.
+   streamable HTTP (real subprocesses; the SDK's client on this side), timed interleaved request by
+   request. The difference is the cost of the protocol: JSON-RPC framing, the transport, the JSON.
 3. call_tool: one forwarded call (weather / get_forecast) through the gateway against the same call
    made directly to the server.
 
@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile

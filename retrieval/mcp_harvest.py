@@ -27,7 +27,6 @@ import hashlib
 import inspect
 import json
 import logging
-import os
 import sys
 import tempfile
 import time

@@ -11,7 +11,6 @@ import time
 
 import anyio
 import pytest
-from mcp import types
 
 from serve.tenants import hash_key
 
