@@ -4,7 +4,14 @@ Starts the real service (``python -m serve.cli``) on 127.0.0.1 with an ephemeral
 
 1. ``POST /v1/search`` and ``POST /v1/score`` with 100 candidates at concurrency 1, 4 and 16:
    throughput, p50/p99 latency, errors; server RSS before and after.
-2. Catalog updates: restarts with ``--update-workers`` workers sharing one index store and PUTs
+2. Overload (``--skip-overload`` to leave it out): measures capacity (``POST /v1/search`` in a
+   closed loop at the server's concurrency), then offers 2x and 4x that rate in an open loop for
+   ``--overload-seconds`` each: completed req/s, how many were refused (503 + Retry-After when
+   the queue is full or the deadline passes) and the latency of the answered ones, which must stay
+   bounded. Then the abandoned-client case: 8 clients send a 791 KiB ``/v1/score`` (200 candidates
+   of 4,000 characters) and hang up after 1 s; the next 1-candidate ``/v1/score`` must not wait
+   behind the abandoned work (its latency against an idle server's).
+3. Catalog updates: restarts with ``--update-workers`` workers sharing one index store and PUTs
    ``--updates`` servers while searches run. Checks that no request fails, that every version a
    client sees holds exactly the updates published up to it (nothing lost, nothing half-written),
    and how long until every worker serves the last one.
@@ -15,6 +22,7 @@ cores, so absolute numbers are a floor. Run from the repository root::
 
     python benchmarks/load_test.py --requests 50               # quick check
     python benchmarks/load_test.py --catalog FILE --model DIR  # a chosen catalog and scorer
+    python benchmarks/load_test.py --only-overload --overload-seconds 20   # the overload table only
 """
 
 from __future__ import annotations
@@ -118,7 +126,7 @@ class Server:
 
 
 def start_server(args: argparse.Namespace, work: Path, store: Path, workers: int, deadline: float,
-                 name: str) -> Server:
+                 name: str, extra_env: dict[str, str] | None = None) -> Server:
     port = free_port()
     cmd = [sys.executable, "-m", "serve.cli", "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--config", str(work / "tenants.toml"), "--index", str(store),
@@ -132,6 +140,7 @@ def start_server(args: argparse.Namespace, work: Path, store: Path, workers: int
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLRANK_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra_env or {})
     log = work / f"{name}.log"
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     server = Server(proc, f"http://127.0.0.1:{port}", log)
@@ -335,6 +344,162 @@ async def update_phase(args: argparse.Namespace, server: Server, deadline: float
             **stats}
 
 
+# ------------------------------------------------------------------ overload
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else None
+
+
+async def open_loop(client: httpx.AsyncClient, endpoint: str, make_body, rate: float, seconds: float,
+                    deadline: float) -> dict[str, Any]:
+    """Requests at a fixed rate whatever the answers (an open loop): what clients do under overload."""
+    headers = {"Authorization": f"Bearer {USER_KEY}"}
+    outcomes: list[tuple[str, float, str | None]] = []
+
+    async def one(i: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            r = await client.post(endpoint, json=make_body(i), headers=headers)
+            status, retry = str(r.status_code), r.headers.get("retry-after")
+        except httpx.HTTPError as exc:
+            status, retry = type(exc).__name__, None
+        outcomes.append((status, (time.perf_counter() - t0) * 1000, retry))
+
+    tasks, t0, i = [], time.perf_counter(), 0
+    while i / rate < seconds and time.monotonic() < deadline:
+        wait = t0 + i / rate - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        tasks.append(asyncio.create_task(one(i)))
+        i += 1
+    sent_for = time.perf_counter() - t0
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - t0
+    ok = [ms for status, ms, _ in outcomes if status == "200"]
+    statuses: dict[str, int] = {}
+    for status, _, _ in outcomes:
+        statuses[status] = statuses.get(status, 0) + 1
+    refused = [ms for status, ms, _ in outcomes if status in ("503", "429")]
+    retry_after = sorted({int(r) for status, _, r in outcomes if status in ("503", "429") and r and r.isdigit()})
+    return {"offered_rps": round(len(outcomes) / sent_for, 2) if sent_for else None, "requests": len(outcomes),
+            "answered_rps": round(len(ok) / elapsed, 2) if elapsed else None, "ok": len(ok),
+            "refused": len(refused), "other_errors": len(outcomes) - len(ok) - len(refused), "statuses": statuses,
+            "ok_p50_ms": _percentile(ok, 0.5), "ok_p99_ms": _percentile(ok, 0.99),
+            "ok_max_ms": round(max(ok), 1) if ok else None, "refused_p99_ms": _percentile(refused, 0.99),
+            "retry_after_s": retry_after[:1] + retry_after[-1:] if retry_after else []}
+
+
+def heavy_candidates() -> list[dict[str, str]]:
+    """200 candidates of 4,000 characters: a 791 KiB body, the largest /v1/score accepts."""
+    words = "allocate shard index repository message channel forecast invoice deploy schedule ".split()
+    rng = random.Random(7)
+    out = []
+    for i in range(200):
+        text = " ".join(rng.choice(words) for _ in range(800))[:3990]
+        out.append({"id": f"c{i}", "server": f"Server {i % 9}", "name": f"tool_{i}", "description": text})
+    return out
+
+
+async def abandoned_clients(server: Server, n: int = 8, hang_up_s: float = 1.0) -> dict[str, Any]:
+    """n clients send the heaviest /v1/score and hang up after ``hang_up_s``; then one small request."""
+    headers = {"Authorization": f"Bearer {USER_KEY}"}
+    small = {"request": "create an issue about the login bug",
+             "candidates": [{"id": "1", "server": "GitHub", "name": "create_issue",
+                             "description": "Create a new issue in a repository"}]}
+    heavy = {"request": "allocate the shards of the search index", "candidates": heavy_candidates()}
+    size = len(json.dumps(heavy).encode())
+
+    async def small_ms(client: httpx.AsyncClient) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        r = await client.post("/v1/score", json=small, headers=headers)
+        return round((time.perf_counter() - t0) * 1000, 1), r.status_code
+
+    async def heavy_once(client: httpx.AsyncClient) -> tuple[int, float]:
+        t0 = time.perf_counter()
+        r = await client.post("/v1/score", json=heavy, headers=headers)
+        return r.status_code, round((time.perf_counter() - t0) * 1000, 1)
+
+    async with httpx.AsyncClient(base_url=server.base, timeout=300) as client:
+        idle = [await small_ms(client) for _ in range(3)][-1]
+        heavy_status, heavy_ms = await heavy_once(client)  # one heavy request served in full, for scale
+
+    async def abandon() -> str:
+        async with httpx.AsyncClient(base_url=server.base, timeout=hang_up_s) as c:
+            try:
+                r = await c.post("/v1/score", json=heavy, headers=headers)
+                return str(r.status_code)
+            except httpx.TimeoutException:
+                return "hung up"
+
+    gone = await asyncio.gather(*(abandon() for _ in range(n)))
+    async with httpx.AsyncClient(base_url=server.base, timeout=300) as client:
+        after = await small_ms(client)
+        await asyncio.sleep(0.5)
+        metrics = (await client.get("/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"})).text
+    stopped = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                  if line.startswith('toolrank_rejections_total{reason="client_gone"}'))
+    return {"heavy_body_kib": round(size / 1024, 1), "one_heavy_request_ms": heavy_ms, "heavy_status": heavy_status,
+            "abandoning_clients": n, "hang_up_after_s": hang_up_s, "abandoned_outcomes": gone,
+            "next_small_request_ms": after[0], "next_small_status": after[1], "idle_small_request_ms": idle[0],
+            "abandoned_requests_stopped": int(stopped)}
+
+
+async def overload_phase(args: argparse.Namespace, server: Server, deadline: float) -> dict[str, Any]:
+    body = lambda i: {"request": REQUESTS[i % len(REQUESTS)]}  # noqa: E731
+    out: dict[str, Any] = {"server_settings": {"max_concurrency": args.server_concurrency, "max_queue": args.queue,
+                                               "request_timeout_s": args.deadline}}
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+    async with httpx.AsyncClient(base_url=server.base, timeout=120, limits=limits) as client:
+        await run_point(client, "/v1/search", body, 5, 1, deadline)  # warm-up
+        base = await run_point(client, "/v1/search", body, args.capacity_requests, args.server_concurrency, deadline)
+        capacity = base.requests / base.seconds
+        out["capacity"] = {**base.summary(), "capacity_rps": round(capacity, 2)}
+        print(f"  capacity: {capacity:.2f} req/s (closed loop, concurrency {args.server_concurrency})", flush=True)
+        out["levels"] = []
+        for factor in args.overload_factors:
+            if time.monotonic() > deadline:
+                break
+            level = await open_loop(client, "/v1/search", body, factor * capacity, args.overload_seconds, deadline)
+            out["levels"].append({"load": f"{factor:g}x", **level})
+            print(f"  {factor:g}x: offered {level['offered_rps']} rps, answered {level['answered_rps']} rps, "
+                  f"ok {level['ok']}, refused {level['refused']}, other {level['other_errors']}, "
+                  f"ok p50 {level['ok_p50_ms']} ms p99 {level['ok_p99_ms']} ms max {level['ok_max_ms']} ms", flush=True)
+            await asyncio.sleep(min(5.0, args.deadline))  # let the queue drain between levels
+    ready = httpx.get(server.base + "/readyz", timeout=10).json()
+    if ready.get("scorer", {}).get("loaded") and time.monotonic() < deadline:
+        out["abandoned"] = await abandoned_clients(server)
+        a = out["abandoned"]
+        print(f"  abandoned: {a['abandoning_clients']} x {a['heavy_body_kib']} KiB /v1/score hung up after "
+              f"{a['hang_up_after_s']} s; next 1-candidate request {a['next_small_request_ms']} ms "
+              f"(idle {a['idle_small_request_ms']} ms; one heavy request in full {a['one_heavy_request_ms']} ms)",
+              flush=True)
+    else:
+        print("  abandoned-client case skipped: no scorer model loaded (pass --model DIR)", flush=True)
+    return out
+
+
+def overload_table(o: dict[str, Any]) -> str:
+    lines = ["| load | offered req/s | answered req/s | ok | refused (503/429) | other errors | ok p50 ms | ok p99 ms | ok max ms |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    c = o.get("capacity", {})
+    if c:
+        lines.append(f"| 1x (closed loop, c={c['concurrency']}) | {c['capacity_rps']} | {c['throughput_rps']} | "
+                     f"{c['requests'] - c['errors']} | {c['statuses'].get('503', 0)} | "
+                     f"{c['errors'] - c['statuses'].get('503', 0)} | {c['p50_ms']} | {c['p99_ms']} | - |")
+    for lv in o.get("levels", []):
+        lines.append(f"| {lv['load']} (open loop) | {lv['offered_rps']} | {lv['answered_rps']} | {lv['ok']} | "
+                     f"{lv['refused']} | {lv['other_errors']} | {lv['ok_p50_ms']} | {lv['ok_p99_ms']} | {lv['ok_max_ms']} |")
+    a = o.get("abandoned")
+    if a:
+        lines.append(f"\nabandoned clients: {a['abandoning_clients']} x {a['heavy_body_kib']} KiB /v1/score, hung up "
+                     f"after {a['hang_up_after_s']} s -> next 1-candidate /v1/score {a['next_small_request_ms']} ms "
+                     f"(idle {a['idle_small_request_ms']} ms; one heavy request served in full: "
+                     f"{a['one_heavy_request_ms']} ms; abandoned requests stopped: {a['abandoned_requests_stopped']})")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -363,7 +528,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--app", default="serve.app:create_app", help="app factory (MODULE:FACTORY)")
     p.add_argument("--max-seconds", type=float, default=600, help="hard cap on the whole run")
     p.add_argument("--startup-seconds", type=float, default=300, help="how long the server may take to get ready")
-    p.add_argument("--skip-updates", action="store_true", help="only the throughput phase")
+    p.add_argument("--skip-updates", action="store_true", help="leave out the catalog update phase")
+    p.add_argument("--skip-overload", action="store_true", help="leave out the overload phase")
+    p.add_argument("--only-overload", action="store_true", help="only the overload phase")
+    p.add_argument("--overload-seconds", type=float, default=20.0, help="seconds of each overload level")
+    p.add_argument("--overload-factors", type=lambda s: [float(x) for x in s.split(",")], default=[2.0, 4.0],
+                   help="offered load as multiples of the measured capacity (default 2,4)")
+    p.add_argument("--capacity-requests", type=int, default=60, help="requests of the capacity measurement")
+    p.add_argument("--server-concurrency", type=int, default=4, help="server's max_concurrency in the overload phase")
+    p.add_argument("--queue", type=int, default=16, help="server's max_queue in the overload phase")
+    p.add_argument("--deadline", type=float, default=30.0, help="server's request_timeout_s in the overload phase")
     p.add_argument("--out", type=Path, default=REPO / "runs" / "load_test.json", help="JSON results file")
     args = p.parse_args(argv)
     if args.requests < 1 or args.updates < 0 or not args.concurrency or min(args.concurrency) < 1:
@@ -383,18 +557,29 @@ def main(argv: list[str] | None = None) -> int:
                               "cpu_count": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     failed = False
     try:
-        print(f"starting the service ({args.workers} worker(s)) ...", flush=True)
-        t0 = time.monotonic()
-        server = start_server(args, work, store, args.workers, deadline, "throughput")
-        report["startup_seconds"] = round(time.monotonic() - t0, 1)
-        try:
-            report["rss_before_mb"] = round(server.rss() / 2**20, 1)
-            report["points"], sent = asyncio.run(throughput_phase(args, server, deadline))
-            report["rss_after_mb"] = round(server.rss() / 2**20, 1)
-            report["requests_between_rss"] = sent
-        finally:
-            report["throughput_exit_code"] = server.stop()
-        if not args.skip_updates and time.monotonic() < deadline:
+        if not args.only_overload:
+            print(f"starting the service ({args.workers} worker(s)) ...", flush=True)
+            t0 = time.monotonic()
+            server = start_server(args, work, store, args.workers, deadline, "throughput")
+            report["startup_seconds"] = round(time.monotonic() - t0, 1)
+            try:
+                report["rss_before_mb"] = round(server.rss() / 2**20, 1)
+                report["points"], sent = asyncio.run(throughput_phase(args, server, deadline))
+                report["rss_after_mb"] = round(server.rss() / 2**20, 1)
+                report["requests_between_rss"] = sent
+            finally:
+                report["throughput_exit_code"] = server.stop()
+        if not args.skip_overload and time.monotonic() < deadline:
+            print(f"overload (1 worker, max_concurrency {args.server_concurrency}, max_queue {args.queue}, "
+                  f"deadline {args.deadline:g} s) ...", flush=True)
+            server = start_server(args, work, store, 1, deadline, "overload", extra_env={
+                "TOOLRANK_MAX_CONCURRENCY": str(args.server_concurrency), "TOOLRANK_MAX_QUEUE": str(args.queue),
+                "TOOLRANK_REQUEST_TIMEOUT_S": str(args.deadline)})
+            try:
+                report["overload"] = asyncio.run(overload_phase(args, server, deadline))
+            finally:
+                server.stop()
+        if not args.skip_updates and not args.only_overload and time.monotonic() < deadline:
             print(f"catalog updates with {args.update_workers} worker(s) ...", flush=True)
             server = start_server(args, work, store, args.update_workers, deadline, "updates")
             try:
@@ -413,6 +598,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table(report["points"]))
         print(f"\nserver RSS: {report.get('rss_before_mb')} MiB before, {report.get('rss_after_mb')} MiB after "
               f"{report.get('requests_between_rss')} requests; start-up {report.get('startup_seconds')} s")
+    if report.get("overload"):
+        print("\noverload (/v1/search):")
+        print(overload_table(report["overload"]))
     if report.get("updates"):
         print("\ncatalog updates:")
         for k, v in report["updates"].items():
@@ -426,7 +614,10 @@ def main(argv: list[str] | None = None) -> int:
     u = report.get("updates", {})
     bad_updates = u and (u["statuses_5xx"] or u["search_errors"] or u["consistency_violations"] or u["put_errors"]
                          or not u["all_visible_at_end"])
-    return 1 if failed or errors or bad_updates else 0
+    o = report.get("overload", {})
+    bad_overload = o and (any(lv["other_errors"] for lv in o.get("levels", []))
+                          or o.get("abandoned", {}).get("next_small_status", 200) != 200)
+    return 1 if failed or errors or bad_updates or bad_overload else 0
 
 
 if __name__ == "__main__":

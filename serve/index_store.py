@@ -166,7 +166,11 @@ class IndexStore:
     def publish(self, index: Any) -> int:
         """Save ``index`` as the next version and point CURRENT at it. Call under :meth:`write_lock`."""
         on_disk = self.versions_on_disk()
-        version = max([self.current_version() or 0, *on_disk]) + 1  # never reuse a folder name
+        try:
+            current = self.current_version() or 0
+        except StoreError:  # a garbled pointer is replaced below
+            current = 0
+        version = max([current, *on_disk]) + 1  # never reuse a folder name
         path = self.path_of(version)
         index.save(path)
         self._point_to(version)

@@ -218,3 +218,53 @@ def wait_ready(client: Any, timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"service not ready after {timeout}s: {client.get('/readyz').json()}")
+
+
+# ------------------------------------------------------------------ slow work, for overload tests
+
+
+class SlowPipeline(FakePipeline):
+    """Requests that start with "slow" spin until ``gate`` is set (or ``spin_s`` passes),
+    checking the work token as the real scorer does between batches; ``log`` records
+    ("start" | "done" | "stopped", request[, reason])."""
+
+    def __init__(self, index: FakeIndex, gate: Any = None, log: list | None = None, spin_s: float = 30.0, **kw: Any):
+        import threading
+
+        super().__init__(index, **kw)
+        self.gate = gate if gate is not None else threading.Event()
+        self.log = log if log is not None else []
+        self.spin_s = spin_s
+
+    def with_index(self, index: FakeIndex) -> "SlowPipeline":
+        return SlowPipeline(index, self.gate, self.log, self.spin_s, policy=self.policy, calls=self.calls)
+
+    def _spin(self, request: str) -> None:
+        from serve.work import WorkCancelled, checkpoint
+
+        self.log.append(("start", request))
+        until = time.monotonic() + self.spin_s
+        try:
+            while not self.gate.wait(0.01) and time.monotonic() < until:
+                checkpoint()
+        except WorkCancelled as exc:
+            self.log.append(("stopped", request, exc.reason))
+            raise
+        self.log.append(("done", request))
+
+    def search(self, request: str, *args: Any, **kwargs: Any) -> SearchResult:
+        if request.startswith("slow"):
+            self._spin(request)
+        return super().search(request, *args, **kwargs)
+
+    def score(self, request: str, need: str | None, tools: list[Tool]) -> list[float]:
+        if request.startswith("slow"):
+            self._spin(request)
+        return super().score(request, need, tools)
+
+
+def slow_app_from_env():
+    """A uvicorn factory (``serve_fakes:slow_app_from_env``): "slow ..." requests spin for 10 s."""
+    from serve.app import create_app
+
+    return create_app(pipeline=SlowPipeline(FakeIndex(demo_catalog()), spin_s=10.0))

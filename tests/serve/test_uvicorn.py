@@ -96,3 +96,23 @@ def test_cli_checks_paths_before_starting(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     assert main(["--index", str(tmp_path / "afile")]) == 2
     assert "--index" in capsys.readouterr().err
+
+
+def test_cli_reads_the_tenants_file_from_the_environment(tenants_file, monkeypatch, capsys):
+    """TOOLRANK_CONFIG without --config: keys stay on (it used to say 'authentication is OFF' and then
+    fail on TOOLRANK_AUTH_DISABLED, a setting the user never set)."""
+    import uvicorn
+
+    seen = {}
+
+    def fake_run(*args, **kwargs):
+        seen.update({k: v for k, v in os.environ.items() if k.startswith("TOOLRANK_")})
+
+    monkeypatch.setattr(uvicorn, "run", fake_run)
+    for name in [k for k in os.environ if k.startswith("TOOLRANK_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TOOLRANK_CONFIG", str(tenants_file))
+    assert main(["serve", "--host", "0.0.0.0"]) == 0
+    err = capsys.readouterr().err
+    assert "authentication is OFF" not in err and "error" not in err
+    assert seen["TOOLRANK_CONFIG"] == str(tenants_file.resolve()) and "TOOLRANK_AUTH_DISABLED" not in seen

@@ -1,0 +1,40 @@
+"""Finding 5: a cold start does not make readiness wait for the public suggestion index."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from fakes import FakeScorer, HashEncoder, tiny_catalog
+from retrieval.index import ToolIndex
+from serve import loading
+from serve.settings import Settings
+
+
+def test_the_public_index_is_built_in_the_background(monkeypatch, tmp_path):
+    import retrieval.default_index as default_index
+
+    gate, built = threading.Event(), []
+    public = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+
+    def slow_build(**kwargs):
+        gate.wait(10)
+        built.append(True)
+        return public
+
+    monkeypatch.setattr(default_index, "default_index_path", lambda *a, **k: tmp_path / "no-cache")
+    monkeypatch.setattr(default_index, "load_or_build_default", slow_build)
+    monkeypatch.setattr(loading, "load_scorer", lambda settings: (FakeScorer(), {"loaded": True}))
+    parts = loading.default_parts(Settings(auth_disabled=True, catalog=tmp_path / "unused.json"))
+    ready = threading.Event()
+    parts.on_public_ready = ready.set
+
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    started = time.monotonic()
+    first = parts.make_pipeline(index)          # what readiness waits for
+    assert time.monotonic() - started < 2.0 and first.public_index is None and not built
+    assert "background" in parts.notes["public"]
+
+    gate.set()
+    assert ready.wait(10), "on_public_ready was never called"
+    assert parts.make_pipeline(index).public_index is public
