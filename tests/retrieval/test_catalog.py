@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,78 @@ def test_default_catalog():
     assert all(len(t.examples) == 5 for t in cat)
     assert all(isinstance(t.description, str) for t in cat)
     assert len(load_default_catalog(with_examples=False)) == 2797
+
+
+# ---------------------------------------------------------------- content rules (issue #14)
+
+
+def test_jsonl_with_line_separators_inside_strings_loads(tmp_path):
+    """str.splitlines() cut these records in two; JSON Lines split on "\\n" only."""
+    rows = [{"server": "Docs", "name": "read", "description": "Read\u2028a\u2029page\u0085now",
+             "inputSchema": {"type": "object", "description": "x\u2028y"}},
+            {"server": "Docs", "name": "write", "description": "Write"}]
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    cat = load_catalog(path)
+    assert [t.description for t in cat] == ["Read\u2028a\u2029page\u0085now", "Write"]
+    assert cat[ToolId("Docs", "read")].input_schema["description"] == "x\u2028y"
+    ex = tmp_path / "e.jsonl"
+    ex.write_text(json.dumps({"server": "Docs", "tool": "read", "examples": ["a\u2028b"]}, ensure_ascii=False) + "\n",
+                  encoding="utf-8")
+    assert load_examples(ex) == {ToolId("Docs", "read"): ["a\u2028b"]}
+
+
+@pytest.mark.parametrize("server, tool, words", [
+    ("Git\u202eHub", "t", "U+202E"),
+    ("a\x00b", "t", "U+0000"),
+    ("G\u0456tHub", "t", "mixes letters of the Cyrillic and Latin scripts"),
+    ("GitHub", "line\nbreak", "U+000A"),
+    ("GitHub", "\uff41pi", "compatibility form"),
+])
+def test_loaders_refuse_bad_names(tmp_path, server, tool, words):
+    path = write_json(tmp_path / "c.json", {"server": {"name": server}, "tools": [{"name": tool}]})
+    with pytest.raises(CatalogError, match=re.escape(words)):
+        load_catalog(path)
+
+
+def test_loaders_normalise_names_to_nfc(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"server": "Cafe\u0301", "name": "re\u0301sume\u0301"}) + "\n", encoding="utf-8")
+    ex = tmp_path / "e.jsonl"
+    ex.write_text(json.dumps({"server": "Cafe\u0301", "tool": "re\u0301sume\u0301", "examples": ["x"]}) + "\n")
+    cat = load_catalog(path).with_examples(load_examples(ex))
+    assert [t.id for t in cat] == [ToolId("Caf\u00e9", "r\u00e9sum\u00e9")] and cat.tools[0].examples == ("x",)
+    assert cat.servers == ["Caf\u00e9"] and "Caf\u00e9" in cat.server_descriptions
+
+
+@pytest.mark.parametrize("schema, words", [
+    ({"a": float("nan")}, "not a JSON number"),
+    ({"a": 2 ** 64}, "64 bits"),
+    ({"\udc00": 1}, "lone surrogate"),
+])
+def test_loaders_refuse_schemas_that_cannot_round_trip(tmp_path, schema, words):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"server": "S", "name": "t", "inputSchema": schema}) + "\n", encoding="utf-8")
+    with pytest.raises(CatalogError, match=words):
+        load_catalog(path)
+
+
+def test_deep_catalog_files_are_a_catalog_error(tmp_path):
+    from retrieval.catalog import MAX_SCHEMA_DEPTH
+
+    deep = '{"x": ' * (MAX_SCHEMA_DEPTH + 5) + "1" + "}" * (MAX_SCHEMA_DEPTH + 5)
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"server": "S", "name": "t", "inputSchema": ' + deep + "}\n", encoding="utf-8")
+    with pytest.raises(CatalogError, match=f"nested more than {MAX_SCHEMA_DEPTH} levels"):
+        load_catalog(path)
+    path = tmp_path / "c.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(CatalogError, match="nested too deeply"):
+        load_catalog(path)
+
+
+def test_lone_surrogates_in_texts_are_refused(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"server": "S", "name": "t", "description": "bad \\ud800"}\n', encoding="utf-8")
+    with pytest.raises(CatalogError, match="lone surrogate"):
+        load_catalog(path)
