@@ -81,7 +81,7 @@ def abstain_eligibility(index: ToolIndex, q: Query) -> Eligibility:
     return Eligibility.of(servers=[s for s in index.catalog.servers if s not in drop])
 
 
-MODES = ("request", "need", "abstain")
+MODES = ("request", "need", "abstain", "nofit")
 
 
 def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,
@@ -106,6 +106,30 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
                 logits = scorer.logits(q.query, need, [index.catalog[h.tool_id] for h in hits])
             y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
             out.add(candidate_features(hits, logits, named, mentioned), y, mode)
+    return out
+
+
+def collect_nofit(index: ToolIndex, requests: list, scorer=None, *, k: int = 100, out: Collected | None = None,
+                  show_progress: bool = True) -> Collected:
+    """Lists of requests written to have no fitting tool (every server eligible): all negatives.
+
+    The simulation (``abstain``) removes a labelled server from a request written *for* it;
+    a real no-fit request is written for a need, and its near misses echo it strongly. The
+    first stage sees both kinds of list where nothing fits.
+    """
+    out = out if out is not None else Collected()
+    registry = ServerMentionMatcher(index.catalog.servers)
+    it = requests
+    if show_progress:
+        from tqdm import tqdm
+        it = tqdm(requests, desc="scoring no-fit", unit="q")
+    for r in it:
+        hits = index.retrieve(r.query, None, None, k=k)
+        if not hits:
+            continue
+        logits = scorer.logits(r.query, None, [index.catalog[h.tool_id] for h in hits]) if scorer is not None else None
+        out.add(candidate_features(hits, logits, registry.find(r.query), registry.find(r.query, loose=True)),
+                np.zeros(len(hits)), "nofit")
     return out
 
 
@@ -164,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-examples", action="store_true",
                    help="fit for an index without example requests (writes combiner-noex.json / "
                         "retrieval_confidence-noex.json)")
+    p.add_argument("--nofit", type=Path, help="requests written to have no tool (training/data/nofit.jsonl): "
+                   "their lists join the first stage's fit as mode 'nofit'")
+    p.add_argument("--nofit-split", default="train", help="which split of --nofit to fit on (default: train)")
     p.add_argument("--calibrate-on", default="request,need",
                    help="lists the second stage (list calibration) is fitted on; 'none' to skip it")
     a = p.parse_args(argv)
@@ -179,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.model:
         from scorer import Scorer
         scorer = Scorer.load(a.model, threads=a.threads)
-    col = collect(index, queries, scorer, modes=modes)
+    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m != "nofit"))
+    if a.nofit:
+        from retrieval.abstention import load_nofit
+        collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
     kind = "without" if a.no_examples else "with"

@@ -173,10 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     fmt = dict(max_description_chars=a.max_description_chars, parameters=a.parameters)
 
     def encode(tl: TeacherList) -> tuple[Any, Any]:
-        cands = sorted(tl.candidates, key=lambda c: -c[2])   # fits first, then a random rest
-        keep = [c for c in cands if c[2] >= 0.5]
-        rest = [c for c in cands if c[2] < 0.5]
+        # Every fit, then the negatives the judge hesitated on (the look-alikes), then a random rest.
+        keep = [c for c in tl.candidates if c[2] >= 0.5]
+        rest = [c for c in tl.candidates if c[2] < 0.5]
         rng.shuffle(rest)
+        rest.sort(key=lambda c: -c[2])  # stable: equal probabilities stay in random order
         keep = (keep + rest)[: a.max_candidates]
         recs = [format_record(tl.query, None, tools.get(tl.catalog, s, t), **fmt) for s, t, _ in keep]
         enc = tok([q for q, _ in recs], [d for _, d in recs], truncation="longest_first",
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             logits = model(**enc).logits.view(-1)
             loss = list_loss(logits, target, a.listwise_weight) / len(batch)
             loss.backward()
-            total += float(loss)
+            total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()

@@ -7,6 +7,8 @@ A line whose ``n`` differs from the list's length was judged on another list and
     python -m training.teacher_data join --lists L.jsonl --judged J1.jsonl J2.jsonl \\
         --catalog mcp-zero --out training/data/teacher/mcpzero.jsonl
     python -m training.teacher_data legacy --out training/data/teacher/legacy.jsonl   # judgments.jsonl
+    python -m training.teacher_data nofit --requests R.jsonl --lists L.jsonl --judged J.jsonl \
+        --out training/data/nofit.jsonl       # no-fit requests the judge confirmed (no candidate >= 0.5)
 
 Output lines: ``{"id", "query", "catalog", "candidates": [{"server", "tool", "p_yes"}]}``
 (no target: the teacher's probabilities are the labels).
@@ -72,6 +74,21 @@ def legacy_lists() -> list[dict]:
             for qid, cands in by_q.items()]
 
 
+def confirmed_nofit(requests: Iterable[dict[str, Any]], lists: Iterable[dict[str, Any]],
+                    judged: Iterable[dict[str, Any]]) -> tuple[list[dict], list[str]]:
+    """No-fit requests whose judged list has no candidate at 0.5 or more, with the judge's best;
+    returns them and the ids sent back (a candidate fits after all, or the list was not judged)."""
+    teacher, _ = join(lists, judged, "mcp-zero")
+    best = {t["id"]: max((c["p_yes"] for c in t["candidates"]), default=0.0) for t in teacher}
+    keep, back = [], []
+    for r in requests:
+        if r["id"] not in best or best[r["id"]] >= 0.5:
+            back.append(r["id"])
+            continue
+        keep.append({**r, "judge_best_p": best[r["id"]]})
+    return keep, back
+
+
 def _write(rows: list[dict], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
@@ -91,11 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--out", type=Path, required=True)
     g = sub.add_parser("legacy")
     g.add_argument("--out", type=Path, required=True)
+    n = sub.add_parser("nofit")
+    n.add_argument("--requests", type=Path, nargs="+", required=True)
+    n.add_argument("--lists", type=Path, nargs="+", required=True)
+    n.add_argument("--judged", type=Path, nargs="+", required=True)
+    n.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     try:
         if a.cmd == "join":
             rows, stats = join(_jsonl(a.lists), [r for f in a.judged for r in _jsonl(f)], a.catalog)
             print(json.dumps(stats), file=sys.stderr)
+        elif a.cmd == "nofit":
+            rows, back = confirmed_nofit([r for f in a.requests for r in _jsonl(f)],
+                                         [r for f in a.lists for r in _jsonl(f)],
+                                         [r for f in a.judged for r in _jsonl(f)])
+            print(f"sent back (a candidate fits, or not judged): {', '.join(back) or 'none'}", file=sys.stderr)
         else:
             rows = legacy_lists()
         _write(rows, a.out)
