@@ -191,15 +191,61 @@ def _release_check_feeds(model_dir: Path, n: int = 24) -> dict[str, np.ndarray]:
     return feeds
 
 
+def quality_gate(fp32_dir: str | Path, int8_dir: str | Path, *, questions: int = 120, k: int = 20,
+                 max_mrr_drop: float = 0.01) -> dict[str, Any]:
+    """int8 against fp32 of the same checkpoint on real dev lists: MRR of the labelled tool over
+    each dev question's hybrid top ``k`` (+ the labelled tool), and the rank agreement per list."""
+    import json
+
+    from scipy.stats import spearmanr
+
+    from retrieval.default_index import load_or_build_default
+    from retrieval.evaluate import load_queries
+    from scorer import Scorer
+
+    index = load_or_build_default()
+    data = Path(__file__).resolve().parent / "data" / "questions.jsonl"
+    queries = load_queries(data, split="dev")[:questions]
+    models = {"fp32": Scorer.load(fp32_dir, threads=2), "int8": Scorer.load(int8_dir, threads=2)}
+    rr = {name: [] for name in models}
+    rho = []
+    for q in queries:
+        ids = [h.tool_id for h in index.retrieve(q.query, None, None, k=k)]
+        if q.target not in ids:
+            ids.append(q.target)
+        tools = [index.catalog[t] for t in ids]
+        logits = {name: np.asarray(m.logits(q.query, None, tools)) for name, m in models.items()}
+        for name, l in logits.items():
+            rank = 1 + int((l > l[ids.index(q.target)]).sum())
+            rr[name].append(1.0 / rank)
+        rho.append(spearmanr(logits["fp32"], logits["int8"])[0])
+    report = {"questions": len(queries), "k": k, "mrr_fp32": float(np.mean(rr["fp32"])),
+              "mrr_int8": float(np.mean(rr["int8"])), "median_list_spearman": float(np.median(rho)),
+              "max_mrr_drop": max_mrr_drop, "cpu": cpu_flags()}
+    report["passed"] = report["mrr_fp32"] - report["mrr_int8"] <= max_mrr_drop
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m training.int8 requantize DIR`` / ``python -m training.int8 check DIR``."""
+    """``python -m training.int8 requantize DIR`` / ``check DIR`` / ``gate FP32_DIR INT8_DIR --out F``."""
     import argparse
     import json
 
     p = argparse.ArgumentParser(prog="python -m training.int8", description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=["requantize", "check"])
-    p.add_argument("model_dir", type=Path, help="a model folder with model.onnx and config.json")
+    p.add_argument("action", choices=["requantize", "check", "gate"])
+    p.add_argument("model_dir", type=Path, help="a model folder with model.onnx and config.json (gate: the fp32 one)")
+    p.add_argument("int8_dir", type=Path, nargs="?", help="gate: the int8 export of the same checkpoint")
+    p.add_argument("--out", type=Path, help="gate: write the report here (JSON)")
     a = p.parse_args(argv)
+    if a.action == "gate":
+        if a.int8_dir is None:
+            p.error("gate needs FP32_DIR INT8_DIR")
+        report = quality_gate(a.model_dir, a.int8_dir)
+        text = json.dumps(report, indent=1)
+        if a.out:
+            a.out.write_text(text + "\n")
+        print(text)
+        return 0 if report["passed"] else 1
     path = a.model_dir / "model.onnx"
     if not path.exists():
         p.error(f"{path} does not exist")
