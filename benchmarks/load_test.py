@@ -449,7 +449,7 @@ async def abandoned_clients(server: Server, n: int = 8, hang_up_s: float = 1.0) 
 async def overload_phase(args: argparse.Namespace, server: Server, deadline: float) -> dict[str, Any]:
     body = lambda i: {"request": REQUESTS[i % len(REQUESTS)]}  # noqa: E731
     out: dict[str, Any] = {"server_settings": {"max_concurrency": args.server_concurrency, "max_queue": args.queue,
-                                               "request_timeout_s": args.deadline}}
+                                               "max_queue_wait_s": args.queue_wait, "request_timeout_s": args.deadline}}
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
     async with httpx.AsyncClient(base_url=server.base, timeout=120, limits=limits) as client:
         await run_point(client, "/v1/search", body, 5, 1, deadline)  # warm-up
@@ -537,6 +537,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--capacity-requests", type=int, default=60, help="requests of the capacity measurement")
     p.add_argument("--server-concurrency", type=int, default=4, help="server's max_concurrency in the overload phase")
     p.add_argument("--queue", type=int, default=16, help="server's max_queue in the overload phase")
+    p.add_argument("--queue-wait", type=float, default=5.0, help="server's max_queue_wait_s in the overload phase")
     p.add_argument("--deadline", type=float, default=30.0, help="server's request_timeout_s in the overload phase")
     p.add_argument("--out", type=Path, default=REPO / "runs" / "load_test.json", help="JSON results file")
     args = p.parse_args(argv)
@@ -571,10 +572,10 @@ def main(argv: list[str] | None = None) -> int:
                 report["throughput_exit_code"] = server.stop()
         if not args.skip_overload and time.monotonic() < deadline:
             print(f"overload (1 worker, max_concurrency {args.server_concurrency}, max_queue {args.queue}, "
-                  f"deadline {args.deadline:g} s) ...", flush=True)
+                  f"max_queue_wait {args.queue_wait:g} s, deadline {args.deadline:g} s) ...", flush=True)
             server = start_server(args, work, store, 1, deadline, "overload", extra_env={
                 "TOOLRANK_MAX_CONCURRENCY": str(args.server_concurrency), "TOOLRANK_MAX_QUEUE": str(args.queue),
-                "TOOLRANK_REQUEST_TIMEOUT_S": str(args.deadline)})
+                "TOOLRANK_MAX_QUEUE_WAIT_S": str(args.queue_wait), "TOOLRANK_REQUEST_TIMEOUT_S": str(args.deadline)})
             try:
                 report["overload"] = asyncio.run(overload_phase(args, server, deadline))
             finally:

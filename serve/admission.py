@@ -1,9 +1,11 @@
 """Overload control for one worker: a bounded queue in front of the pipeline, per-tenant rates.
 
 :class:`Admission` lets ``slots`` pipeline calls run at once and at most ``queue`` more wait;
-a request that finds the queue full is refused at once (503 with ``Retry-After``) rather
-than waiting behind work the worker cannot finish in time. A request that waits past its
-deadline, or whose client hangs up while it waits, leaves the queue without running.
+a request that finds the queue full, or whose expected wait (from the recent duration of
+calls) is over ``max_wait_s``, is refused at once (503 with ``Retry-After``) rather than
+waiting behind work the worker cannot finish in time: latency stays bounded whatever the
+offered load. A request that waits past its deadline, or whose client hangs up while it
+waits, leaves the queue without running.
 
 :class:`RateLimiter` is a token bucket per tenant (429 with ``Retry-After`` when empty).
 Both are per worker process: with W workers a tenant gets up to W times its rate.
@@ -37,13 +39,15 @@ class Admission:
     Args:
         slots: pipeline calls run at once.
         queue: requests that may wait for a slot; 0 refuses whatever finds every slot busy.
+        max_wait_s: refuse a request whose expected wait is longer (None: only ``queue`` bounds it).
     """
 
-    def __init__(self, slots: int, queue: int):
-        if slots < 1 or queue < 0:
-            raise ValueError(f"slots must be >= 1 and queue >= 0, got {slots} and {queue}")
+    def __init__(self, slots: int, queue: int, max_wait_s: float | None = None):
+        if slots < 1 or queue < 0 or (max_wait_s is not None and max_wait_s <= 0):
+            raise ValueError(f"slots must be >= 1, queue >= 0 and max_wait_s > 0, got {slots}, {queue}, {max_wait_s}")
         self.slots = slots
         self.queue = queue
+        self.max_wait_s = max_wait_s
         self._sem: asyncio.Semaphore | None = None
         self._running = 0
         self._waiting = 0
@@ -56,6 +60,12 @@ class Admission:
     @property
     def waiting(self) -> int:
         return self._waiting
+
+    def expected_wait(self) -> float:
+        """Seconds a request arriving now would likely wait for a slot."""
+        if self._running < self.slots and not self._waiting:
+            return 0.0
+        return (self._waiting + 1) / self.slots * self._service_s
 
     def retry_after(self) -> int:
         """Seconds until the queue has likely drained enough to take one more request."""
@@ -73,7 +83,8 @@ class Admission:
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.slots)
         if self._sem.locked() or self._waiting:
-            if self._waiting >= self.queue:
+            if self._waiting >= self.queue or (self.max_wait_s is not None
+                                               and self.expected_wait() > self.max_wait_s):
                 raise QueueFull(self.retry_after())
         self._waiting += 1
         try:

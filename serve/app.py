@@ -78,7 +78,7 @@ class ServiceState:
         self.engine: Engine | None = None
         self.scorer: dict[str, Any] = {}
         self.notes: dict[str, str] = {}   # what /readyz adds to its detail (fallbacks, background work)
-        self.admission = Admission(settings.max_concurrency, settings.max_queue)
+        self.admission = Admission(settings.max_concurrency, settings.max_queue, settings.max_queue_wait_s)
         self.rates = RateLimiter()
 
     async def run(self, request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

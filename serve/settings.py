@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         16, ge=0, le=10_000, description="Scoring and search requests that may wait for a pipeline slot per worker; "
                                          "beyond that the answer is 503 with Retry-After.")
+    max_queue_wait_s: float = Field(
+        5.0, gt=0, le=600, description="Refuse at once (503 with Retry-After) a request whose expected wait for a "
+                                       "pipeline slot, from the recent duration of calls, is longer than this.")
     request_timeout_s: float = Field(
         30.0, gt=0, le=600, description="Deadline of a scoring or search request, waiting included: past it the "
                                         "work is stopped and the answer is 503 with Retry-After.")

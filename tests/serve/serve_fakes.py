@@ -255,6 +255,9 @@ class SlowPipeline(FakePipeline):
     def search(self, request: str, *args: Any, **kwargs: Any) -> SearchResult:
         if request.startswith("slow"):
             self._spin(request)
+        elif request.startswith("stubborn"):  # work that never checks its token
+            self.log.append(("start", request))
+            self.gate.wait(1.5)
         return super().search(request, *args, **kwargs)
 
     def score(self, request: str, need: str | None, tools: list[Tool]) -> list[float]:

@@ -69,8 +69,8 @@ def test_work_past_its_deadline_is_stopped(make_client, slow):
 def test_a_request_waiting_past_its_deadline_leaves_the_queue(make_client, slow):
     c = make_client(slow, max_concurrency=1, request_timeout_s=0.5, index_dir=None)
     with ThreadPoolExecutor(1) as pool:
-        first = pool.submit(c.post, "/v1/search", json={"request": "slow first"}, headers=auth("acme"))
-        wait_for(lambda: ("start", "slow first") in slow.log)
+        first = pool.submit(c.post, "/v1/search", json={"request": "stubborn first"}, headers=auth("acme"))
+        wait_for(lambda: ("start", "stubborn first") in slow.log)
         r = c.post("/v1/search", json={"request": "slow second"}, headers=auth("acme"))
         assert r.status_code == 503 and r.json()["error"]["code"] == "deadline_exceeded"
         first.result()
@@ -176,6 +176,22 @@ def test_rate_limiter_and_admission_units():
         a.release()
 
     asyncio.run(run())
+
+    async def by_time() -> None:  # the expected wait, not only the count, bounds the queue
+        a = Admission(1, 100, max_wait_s=2.0)
+        a._service_s = 1.5
+        await a.acquire(1.0)
+        waiter = asyncio.ensure_future(a.acquire(10.0))   # expected wait 1.5 s: queued
+        await asyncio.sleep(0.01)
+        assert a.waiting == 1 and a.expected_wait() == 3.0
+        with pytest.raises(QueueFull) as refused:          # expected wait 3 s > 2 s: refused at once
+            await a.acquire(10.0)
+        assert refused.value.retry_after == 5              # (1 waiting + 1 running + 1) x 1.5 s
+        a.release()
+        await waiter
+        a.release()
+
+    asyncio.run(by_time())
 
 
 def test_abandoned_clients_do_not_delay_the_next_request_under_uvicorn(tenants_file, tmp_path):
