@@ -23,7 +23,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.abstention import abstention_report, format_abstention, plot_coverage_risk  # noqa: E402
+from retrieval.abstention import (abstention_report, format_abstention, format_nofit, load_nofit,  # noqa: E402
+                                  nofit_report, plot_coverage_risk)
 from retrieval.default_index import load_or_build_default  # noqa: E402
 from retrieval.evaluate import evaluate, format_report, load_queries  # noqa: E402
 from retrieval.pipeline import Pipeline, Policy  # noqa: E402
@@ -32,6 +33,9 @@ QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 # Requests written apart from the catalog's example requests and from questions.jsonl, over the
 # test servers only (benchmarks/data/README.md): a check against the echo between the two.
 INDEPENDENT = ROOT / "benchmarks" / "data" / "independent_questions.jsonl"
+# Requests written to have no tool (training/data/TEACHER_CARD.md), split by server like the questions.
+NOFIT = ROOT / "training" / "data" / "nofit.jsonl"
+STAGES = ["bm25", "dense", "hybrid", "logit", "retrieval-confidence", "scorer"]
 
 
 def questions_file(split: str) -> Path:
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
     p.add_argument("--runs", default="test_ex,test_ex_need,test_noex,test_noex_need,test_org30,train_sample,test_abstain,"
-                   "independent_ex,independent_noex,independent_abstain",
+                   "test_nofit,independent_ex,independent_noex,independent_abstain",
                    help="order matters only for time: later runs reuse earlier runs' logits")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--threads", type=int, default=2)
@@ -95,7 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     policy = Policy(score_top=a.score_top)
     for name in a.runs.split(","):
         t0 = time.time()
-        if name in ("test_abstain", "independent_abstain"):
+        if name in ("test_nofit", "dev_nofit"):   # real no-fit requests against the same split's questions
+            if a.thresholds.exists():
+                chosen = json.loads(a.thresholds.read_text())["chosen"]["threshold"]
+                policy = Policy(score_top=a.score_top, proceed_threshold=chosen)
+            pipe = Pipeline(indexes[True], scorer, public_index=public, policy=policy)
+            split = name.removesuffix("_nofit")
+            rep = nofit_report(pipe, load_queries(QUESTIONS, split=split), load_nofit(NOFIT, split), show_progress=True)
+            out = {"abstention_real": {k: v for k, v in rep.items() if k not in ("coverage", "risk")},
+                   "proceed_threshold": policy.proceed_threshold}
+            print(format_nofit(rep))
+        elif name in ("test_abstain", "independent_abstain"):
             if a.thresholds.exists():  # decisions use the threshold chosen on dev
                 chosen = json.loads(a.thresholds.read_text())["chosen"]["threshold"]
                 policy = Policy(score_top=a.score_top, proceed_threshold=chosen)
@@ -121,11 +135,19 @@ def main(argv: list[str] | None = None) -> int:
             if sample:
                 queries = random.Random(0).sample(queries, sample)
 
-            def reranker(request, need, hits, eligible, pipe=pipe):
-                return [tid for tid, _ in pipe.rank(request, need, hits, a.score_top, eligible)]
+            retrieval_only = Pipeline(index, None, public_index=public, policy=policy)
 
-            out = evaluate(index, queries, stages=["bm25", "dense", "hybrid", "scorer"], use_need=use_need,
-                           org_size=org, seed=0, reranker=reranker, show_progress=True)
+            def ranker(pipeline):
+                return lambda request, need, hits, eligible: [
+                    tid for tid, _ in pipeline.rank(request, need, hits, a.score_top, eligible)]
+
+            def logit_alone(request, need, hits, eligible):
+                z = scorer.logits(request, need, [index.catalog[h.tool_id] for h in hits])
+                return [hits[i].tool_id for i in np.argsort(-z, kind="stable")]
+
+            rerankers = {"scorer": ranker(pipe), "retrieval-confidence": ranker(retrieval_only), "logit": logit_alone}
+            out = evaluate(index, queries, stages=STAGES, use_need=use_need,
+                           org_size=org, seed=0, rerankers=rerankers, show_progress=True)
             print(f"\n== {name}\n{format_report(out)}")
         out["seconds"] = round(time.time() - t0, 1)
         out["model"] = str(a.model)
