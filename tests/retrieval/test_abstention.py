@@ -177,3 +177,40 @@ def test_format_and_plot(index, tmp_path):
     pytest.importorskip("matplotlib")
     out = plot_coverage_risk(rep, tmp_path / "cr.png")
     assert out is not None and out.stat().st_size > 0
+
+
+# ------------------------------------------------------------------ real no-fit requests
+
+
+def test_nofit_report_by_hand(index, tmp_path):
+    import json
+
+    from retrieval.abstention import format_nofit, load_nofit, nofit_report
+
+    path = tmp_path / "nofit.jsonl"
+    rows = [{"id": "n1", "query": "book a haircut for friday", "kind": "absent", "split": "test", "style": "goal"},
+            {"id": "n2", "query": "rename the shard allocation", "kind": "near_miss", "split": "test", "style": "function"},
+            {"id": "n3", "query": "only dev", "kind": "absent", "split": "dev", "style": "goal"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    nofit = load_nofit(path, "test")
+    assert [r.id for r in nofit] == ["n1", "n2"]
+    # the near miss gets a confident wrong answer, the absent one nothing
+    table = {**SURE, "rename the shard allocation": {"get_shards": 0.95}}
+    rep = nofit_report(pipeline(index, table), QUERIES, nofit)
+    assert (rep["n_fit"], rep["n_none"]) == (2, 2)
+    assert rep["decisions"]["fit"]["proceed"] == 1.0 and rep["decisions"]["none"]["proceed"] == 0.5
+    assert rep["by_kind"]["near_miss"]["proceed"] == 1.0 and rep["by_kind"]["absent"]["proceed"] == 0.0
+    assert rep["by_kind"]["absent"]["auroc"] == 1.0 and rep["by_kind"]["near_miss"]["auroc"] == 0.0
+    assert rep["top5_among_proceed_fit"] == 1.0
+    assert "near_miss" in format_nofit(rep)
+
+
+def test_load_nofit_errors_name_the_line(tmp_path):
+    from retrieval.abstention import load_nofit
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "a", "query": "x", "split": "dev"}\n{"id": "b"}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: not a no-fit request line"):
+        load_nofit(path)
+    with pytest.raises(ValueError, match="no no-fit requests in split 'test'"):
+        path.write_text('{"id": "a", "query": "x", "split": "dev"}\n') or load_nofit(path, "test")
