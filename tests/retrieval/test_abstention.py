@@ -212,5 +212,6 @@ def test_load_nofit_errors_name_the_line(tmp_path):
     path.write_text('{"id": "a", "query": "x", "split": "dev"}\n{"id": "b"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2: not a no-fit request line"):
         load_nofit(path)
+    path.write_text('{"id": "a", "query": "x", "split": "dev"}\n')
     with pytest.raises(ValueError, match="no no-fit requests in split 'test'"):
-        path.write_text('{"id": "a", "query": "x", "split": "dev"}\n') or load_nofit(path, "test")
+        load_nofit(path, "test")
