@@ -140,10 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--layers must be 1..6, got {a.layers}")
     if a.init and not (a.init / "config.json").exists():
         p.error(f"--init {a.init}: not a model folder (no config.json)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    import os
+    from .train import init_model_dir, start_run, trained_data_hash, write_run_record
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    t0 = start_run(a)
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -151,12 +150,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import modeling  # noqa: F401  (registers the mean-pooling model class)
     from .pairs import load_split
-    from .train import init_model_dir, trained_data_hash, write_run_record
-
-    torch.set_num_threads(a.threads)
-    random.seed(a.seed)
-    torch.manual_seed(a.seed)
-    t0 = time.time()
     lists = read_teacher(a.teacher)
     try:
         check_train_only(lists, load_split())

@@ -59,6 +59,18 @@ def init_model_dir(layers: int, out: Path, pooling: str = "mean", base: Path | N
     return out
 
 
+def start_run(args: argparse.Namespace) -> float:
+    """Logging, offline weights, torch threads and seeds for a training run; returns its start time."""
+    import torch
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    return time.time()
+
+
 def trained_data_hash(*files: Path) -> str:
     """Hash of what a run really trained on: its mined pairs (or teacher lists) and the tool text
     (catalog and example requests) every record is built from."""
@@ -207,10 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--record-examples must be 0 or more, got {a.examples}")
     if a.base and not (a.base / "config.json").exists():
         p.error(f"--base {a.base}: not a model folder (no config.json)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-    import torch
+    t0 = start_run(a)
     from datasets import Dataset
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
@@ -219,10 +228,6 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.catalog import ToolId, load_default_catalog
     from scorer.record import format_record
 
-    torch.set_num_threads(a.threads)
-    random.seed(a.seed)
-    torch.manual_seed(a.seed)
-    t0 = time.time()
     rows = pairs_cache(a.pairs, example_anchors=a.example_anchors, seed=a.pair_seed)
     cat = load_default_catalog()
     rng = random.Random(a.seed)
