@@ -81,11 +81,12 @@ def abstain_eligibility(index: ToolIndex, q: Query) -> Eligibility:
     return Eligibility.of(servers=[s for s in index.catalog.servers if s not in drop])
 
 
-MODES = ("request", "need", "abstain", "nofit")
+QUESTION_MODES = ("request", "need", "abstain")   # lists built from the labelled questions
+MODES = QUESTION_MODES + ("nofit",)               # + lists of requests written to have no tool
 
 
 def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,
-            modes: tuple[str, ...] = MODES, show_progress: bool = True) -> Collected:
+            modes: tuple[str, ...] = QUESTION_MODES, show_progress: bool = True) -> Collected:
     out = Collected()
     # The shipped catalog is the public registry here, as in the pipeline's default set-up.
     registry = ServerMentionMatcher(index.catalog.servers)
@@ -206,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.model:
         from scorer import Scorer
         scorer = Scorer.load(a.model, threads=a.threads)
-    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m != "nofit"))
+    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES))
+    if "nofit" in modes and not a.nofit:
+        p.error("--modes nofit needs --nofit FILE")
     if a.nofit:
         from retrieval.abstention import load_nofit
         collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col)
