@@ -465,6 +465,12 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
             return JSONResponse({"status": "failed"}, status_code=500)
         return JSONResponse({"status": "ok"})
 
+    def _is_admin(request: Request) -> bool:
+        """Whether the request carries an admin key (probes take no key, but may be given one)."""
+        key = _presented_key(request)
+        found = state.tenants.authenticate(key) if key and state.tenants is not None else None
+        return found is not None and found.admin
+
     @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}}, tags=["probes"],
              summary="Index and model loaded (503 until then)")
     async def readyz(request: Request) -> JSONResponse:
@@ -473,17 +479,12 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         admin = settings.auth_disabled or _is_admin(request)
         parts = [state.detail] if state.detail else []
         if admin:  # fallbacks and background work name store versions
-            parts += state.notes.values()
+            parts += list(state.notes.values())
         detail = "; ".join(parts)
         body = Readiness(ready=ready, status=state.status,
                          index_version=state.engine.snapshot.version if ready and admin else None,
                          scorer=state.scorer, detail=detail)
         return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
-
-    def _is_admin(request: Request) -> bool:
-        key = _presented_key(request)
-        found = state.tenants.authenticate(key) if key and state.tenants is not None else None
-        return found is not None and found.admin
 
     @app.get("/metrics", tags=["probes"], summary="Prometheus metrics (admin key, unless metrics_public)",
              response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
