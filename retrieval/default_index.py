@@ -29,8 +29,9 @@ def cache_dir() -> Path:
 def default_index_path(with_examples: bool = True) -> Path:
     h = hashlib.sha256()
     # the encoder's weights too: a new encoder must not meet vectors of the old one
+    # bm25.py too: what a saved BM25 index holds (term frequencies for tenant statistics) follows it
     for p in (default_catalog_path(), default_examples_path(), Path(__file__).with_name("text.py"),
-              default_encoder_path() / "model.onnx"):
+              Path(__file__).with_name("bm25.py"), default_encoder_path() / "model.onnx"):
         h.update(p.read_bytes())
     return cache_dir() / f"mcp-zero-{'ex' if with_examples else 'noex'}-{h.hexdigest()[:12]}"
 
