@@ -380,15 +380,23 @@ def main(argv: list[str] | None = None) -> int:
         result["wall_s"] = time.perf_counter() - t0
         results.append(result)
         print(f"  {s}: done in {result['wall_s']:.0f}s", file=sys.stderr, flush=True)
+        if args.out:   # after every scenario, so a long run that is stopped keeps what it measured
+            write(args, where, results)
     report(results)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"quick": args.quick, "qdrant": where, "qdrant_client": version("qdrant-client"), "queries": args.queries, "synthetic_queries": args.synthetic_queries,
-                "threads": args.threads, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
         print(f"\nwrote {args.out}")
     return 0
+
+
+def write(args: argparse.Namespace, where: str, results: list[dict[str, Any]]) -> None:
+    from importlib.metadata import version
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"quick": args.quick, "qdrant": where, "qdrant_client": version("qdrant-client"), "queries": args.queries,
+            "synthetic_queries": args.synthetic_queries, "threads": args.threads,
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

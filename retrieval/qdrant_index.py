@@ -327,7 +327,9 @@ class QdrantCollection:
                 lease.renew()
             self.call(self.client.upsert, self.name, points=points[start:start + size], wait=True)
 
-    def scroll(self, flt: Any, batch: int = 1024) -> Iterator[Any]:
+    def scroll(self, flt: Any, batch: int | None = None) -> Iterator[Any]:
+        # Local mode re-sorts and re-filters every point for each page: read it in one page there.
+        batch = batch or (2048 if self.config.url is not None else 10 ** 9)
         offset = None
         while True:
             points, offset = self.call(self.client.scroll, self.name, scroll_filter=flt, limit=batch, offset=offset,
