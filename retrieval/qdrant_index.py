@@ -752,7 +752,11 @@ class QdrantToolIndex(ToolIndex):
         encoder = encoder or OnnxEncoder()
         idf = idf or coll.config.idf
         fusion = fusion or FusionConfig()
+        first = 1
         if recreate:
+            previous = coll.head()
+            # Versions keep rising across a rebuild, so every serving replica moves on to it.
+            first = int(previous["version"]) + 1 if previous is not None else 1
             coll.drop()
         head = coll.head()
         if head is not None and if_absent:
@@ -773,7 +777,7 @@ class QdrantToolIndex(ToolIndex):
             t0 = time.perf_counter()
             docs = tokenize([tool_document(t, with_examples=with_examples) for t in catalog.tools])
             avgdl = float(np.mean([len(d) for d in docs])) if docs else 1.0
-            head = {"kind": "head", "version": 1, "oldest": 1, "format_version": FORMAT_VERSION,
+            head = {"kind": "head", "version": first, "oldest": first, "format_version": FORMAT_VERSION,
                     "package_version": _package_version(),
                     "embedding_model": getattr(encoder, "name", type(encoder).__name__),
                     "embedding_dim": int(getattr(encoder, "dim", 0)), "with_examples": with_examples,
@@ -794,7 +798,7 @@ class QdrantToolIndex(ToolIndex):
                 points = []
                 for i, (t, vec) in enumerate(zip(chunk, vecs)):
                     seq = start + i
-                    point, entry = _point(t, PUBLIC, 1, seq, vec, docs[seq], head, vocab)
+                    point, entry = _point(t, PUBLIC, first, seq, vec, docs[seq], head, vocab)
                     points.append(point)
                     entries.append(entry)
                 coll.upsert(points, lease)
@@ -802,7 +806,7 @@ class QdrantToolIndex(ToolIndex):
             coll.call(coll.client.upsert, coll.name, points=[models.PointStruct(id=HEAD_ID, vector={}, payload=head)],
                       wait=True)
             log.info("built %s: %d tools in %.1f s", coll.config.where, len(tools), time.perf_counter() - t0)
-        state = _State.from_entries(1, 1, vocab, entries)
+        state = _State.from_entries(first, first, vocab, entries)
         return cls(coll, encoder, state, head=head)
 
     @classmethod

@@ -352,13 +352,14 @@ def test_build_refuses_a_collection_that_holds_an_index(qdrant):
     index = qdrant.build()
     with pytest.raises(IndexSaveError, match="already holds a toolrank index.*--recreate"):
         QdrantToolIndex.build(tiny_catalog(), config=index.collection, encoder=HashEncoder())
+    index.upsert_server("Jira", "Tickets", [Tool("", "create_ticket", "Create a ticket")])
     again = QdrantToolIndex.build(Catalog([Tool("Solo", "one", "only tool")]), config=index.collection,
                                   encoder=HashEncoder(), recreate=True)
-    assert again.catalog.servers == ["Solo"]
+    assert again.catalog.servers == ["Solo"] and again.version == 3   # versions keep rising: replicas move on
     same = QdrantToolIndex.build(tiny_catalog(), config=index.collection, encoder=HashEncoder(), if_absent=True)
     assert same.catalog.servers == ["Solo"]
     old = index.refresh()   # the old object notices the rebuild and reloads everything
-    assert old and index.catalog.servers == ["Solo"]
+    assert old and index.catalog.servers == ["Solo"] and index.version == 3
 
 
 def test_open_says_what_is_wrong(qdrant):
