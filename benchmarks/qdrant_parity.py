@@ -268,7 +268,8 @@ def bytes_per_tool(index: Any) -> dict[str, float]:
     """What one tool takes in Qdrant, before indexes: dense floats, sparse pairs, payload JSON."""
     from retrieval.qdrant_index import DENSE, SPARSE
 
-    ids = [e.point for e in index._view.entries[:500]]
+    entries = index._view.entries
+    ids = [e.point for e in random.Random(0).sample(entries, min(500, len(entries)))]
     got = index.collection.call(index.collection.client.retrieve, index.collection.name, ids,
                                 with_payload=True, with_vectors=True)
     dense = [len(p.vector[DENSE]) * 4 for p in got]
