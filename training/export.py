@@ -291,7 +291,7 @@ def export_onnx(
         "training_data_hash": extra.pop("training_data_hash", None),
         "package_version": _package_version(),
         "quantization": ({"kind": "dynamic", "weight_type": "QInt8", "per_channel": bool(per_channel),
-                          "reduce_range": True}
+                          "reduce_range": True, "fp32_matmuls": "feed-forward output projections"}
                          if quantize == "int8" else "none"),
         "onnx": {"opset": OPSET, "inputs": names, "output": "logits", "torch": torch.__version__},
         **extra,

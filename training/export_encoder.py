@@ -53,7 +53,7 @@ def export_encoder(out_dir: Path = DEFAULT_OUT, *, quantize: bool = True, max_le
     )
     if quantize:
         from training.int8 import quantize_int8
-        quantize_int8(fp32, tmp / "model.onnx")  # 7-bit weights: the same vectors on any CPU
+        quantize_int8(fp32, tmp / "model.onnx", keep_fp32=None)  # 7-bit weights: the same vectors on any CPU
         fp32.unlink()
     else:
         fp32.rename(tmp / "model.onnx")

@@ -113,7 +113,7 @@ def test_folder_contents_and_config(exported):
     assert config["max_length"] == MAX_LENGTH and config["record_format_version"] == 1
     assert config["record"] == {"max_description_chars": 300, "examples": 0}
     assert config["quantization"] == {"kind": "dynamic", "weight_type": "QInt8", "per_channel": True,
-                                      "reduce_range": True}
+                                      "reduce_range": True, "fp32_matmuls": "feed-forward output projections"}
     assert config["calibration"] == {"kind": "platt", "a": 1.0, "b": 0.0}
     assert config["training_data_hash"] == "deadbeef"
     assert set(config["export_check"]) >= {"pairs", "max_abs_logit_diff_vs_torch", "logit_spread_torch"}
