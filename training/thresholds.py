@@ -43,11 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="dev")
     p.add_argument("--json", type=Path)
     p.add_argument("--nofit", type=Path, help="requests written to have no tool; their split --split is used")
+    p.add_argument("--limit", type=int, help="only the first N questions (the calibration fit's subset)")
     a = p.parse_args(argv)
     from retrieval.pipeline import load_pipeline
 
     pipe = load_pipeline(model_dir=a.model or None)  # with the public registry, as deployed
-    fit, none = best_probabilities(pipe, load_queries(DATA / "questions.jsonl", split=a.split))
+    fit, none = best_probabilities(pipe, load_queries(DATA / "questions.jsonl", split=a.split)[: a.limit or None])
     real = None
     if a.nofit:
         from retrieval.abstention import load_nofit
