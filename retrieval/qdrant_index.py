@@ -122,6 +122,10 @@ class QdrantConfig:
         lock_lease_s: how long a write lock lasts unless renewed (a crashed writer frees it then).
         lock_wait_s: how long a writer waits for the lock before giving up.
         batch_size: points per upsert request.
+        shards, replicas: the collection's shard number and replication factor when toolrank
+            creates it (a server cluster; None: the server's defaults).
+        on_disk_payload: keep payloads (tool records) on disk when toolrank creates the collection.
+        quantize: keep int8-quantized dense vectors in RAM (the float originals on disk rescore).
     """
 
     url: str | None = None
@@ -136,6 +140,10 @@ class QdrantConfig:
     lock_lease_s: float = 30.0
     lock_wait_s: float = 60.0
     batch_size: int = 256
+    shards: int | None = None
+    replicas: int | None = None
+    on_disk_payload: bool = False
+    quantize: bool = False
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.path is None):
@@ -149,6 +157,8 @@ class QdrantConfig:
             raise ValueError(f"idf={self.idf!r}: use 'client' (computed by toolrank) or 'engine' (Qdrant 1.19+)")
         if self.keep_versions < 2:
             raise ValueError(f"keep_versions={self.keep_versions}: keep at least 2 so a search in flight keeps its version")
+        if (self.shards is not None and self.shards < 1) or (self.replicas is not None and self.replicas < 1):
+            raise ValueError(f"shards={self.shards}, replicas={self.replicas}: use 1 or more (or None for the defaults)")
         if self.timeout_s <= 0 or self.lock_lease_s <= 0 or self.lock_wait_s < 0 or self.batch_size < 1:
             raise ValueError("timeout_s, lock_lease_s and batch_size must be positive, lock_wait_s at least 0")
 
@@ -245,13 +255,19 @@ class QdrantCollection:
         Raises:
             IndexLoadError: it exists with another vector size or IDF mode.
         """
+        cfg = self.config
         if not self.exists():
             try:
                 self.call(
                     self.client.create_collection, self.name,
-                    vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.DOT)},
+                    vectors_config={DENSE: models.VectorParams(size=dim, distance=models.Distance.DOT,
+                                                               on_disk=True if cfg.quantize else None)},
                     sparse_vectors_config={SPARSE: models.SparseVectorParams(
                         modifier=models.Modifier.IDF if idf == "engine" else None)},
+                    shard_number=cfg.shards, replication_factor=cfg.replicas,
+                    on_disk_payload=cfg.on_disk_payload or None,
+                    quantization_config=models.ScalarQuantization(scalar=models.ScalarQuantizationConfig(
+                        type=models.ScalarType.INT8, always_ram=True)) if cfg.quantize else None,
                 )
             except QdrantUnavailable:
                 raise

@@ -390,6 +390,8 @@ def test_bad_configuration_is_one_clear_line():
         QdrantConfig(url="localhost:6333")
     with pytest.raises(ValueError, match="idf='bm25'"):
         QdrantConfig(path=":memory:", idf="bm25")
+    with pytest.raises(ValueError, match="shards=0"):
+        QdrantConfig(path=":memory:", shards=0)
     started = time.perf_counter()
     with pytest.raises(QdrantUnavailable) as info:
         QdrantCollection.connect(QdrantConfig(url="http://127.0.0.1:9", timeout_s=2))
