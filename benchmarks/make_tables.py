@@ -80,6 +80,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| top 5 holds a fitting tool (final, when one fits) | {pct(a['top5_when_fit'])} |")
         if "token_reduction_mean" in ab:
             print(f"| mean token reduction of the returned definitions | {pct(ab['token_reduction_mean'])} |")
+    real = d / "test_nofit.json"
+    if real.exists():
+        a = json.loads(real.read_text())["abstention_real"]
+        print(f"\nRequests written to have no tool (test side, {a['n_none']}) against the {a['n_fit']} test questions, "
+              f"first search, request alone, proceed threshold {json.loads(real.read_text())['proceed_threshold']}:\n")
+        print("| measure | value |\n|---|---:|")
+        print(f"| AUROC of the best probability | {a['auroc']:.3f} |")
+        for kind, k in a["by_kind"].items():
+            print(f"| … {kind.replace('_', ' ')} only (n={k['n']}): AUROC / proceed | {k['auroc']:.3f} / {pct(k['proceed'])} |")
+        d_ = a["decisions"]
+        print(f"| proceed / search_again / no_fit, a tool fits | {pct(d_['fit']['proceed'])} / {pct(d_['fit']['search_again'])} / {pct(d_['fit']['no_fit'])} |")
+        print(f"| proceed / search_again / no_fit, no tool | {pct(d_['none']['proceed'])} / {pct(d_['none']['search_again'])} / {pct(d_['none']['no_fit'])} |")
+        print(f"| top 5 holds a fitting tool, among proceeds | {pct(a['top5_among_proceed_fit'])} |")
+        print(f"| ECE of the best probability on the mixture | {a['ece_best']:.3f} |")
     ind = d / "independent_abstain.json"
     if ind.exists():
         a = json.loads(ind.read_text())["abstention"]
