@@ -165,17 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     tok = AutoTokenizer.from_pretrained(init)
     fmt = dict(max_description_chars=a.max_description_chars, parameters=a.parameters)
 
-    def encode(tl: TeacherList) -> tuple[Any, Any]:
+    def records(tl: TeacherList) -> tuple[list[tuple[str, str]], list[float]]:
         # Every fit, then the negatives the judge hesitated on (the look-alikes), then a random rest.
         keep = [c for c in tl.candidates if c[2] >= 0.5]
         rest = [c for c in tl.candidates if c[2] < 0.5]
         rng.shuffle(rest)
         rest.sort(key=lambda c: -c[2])  # stable: equal probabilities stay in random order
         keep = (keep + rest)[: a.max_candidates]
-        recs = [format_record(tl.query, None, tools.get(tl.catalog, s, t), **fmt) for s, t, _ in keep]
-        enc = tok([q for q, _ in recs], [d for _, d in recs], truncation="longest_first",
-                  max_length=a.max_length, padding=True, return_tensors="pt")
-        return enc, torch.tensor([c[2] for c in keep], dtype=torch.float32)
+        return ([format_record(tl.query, None, tools.get(tl.catalog, s, t), **fmt) for s, t, _ in keep],
+                [c[2] for c in keep])
 
     steps = max(1, int(math.ceil(len(lists) * a.epochs / a.lists_per_step)))
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
@@ -193,19 +191,25 @@ def main(argv: list[str] | None = None) -> int:
     for step in bar:
         batch = order[step * a.lists_per_step:(step + 1) * a.lists_per_step]
         opt.zero_grad()
-        total = 0.0
+        # One forward pass over every candidate of the step's lists, then each list's own loss.
+        recs, targets, sizes = [], [], []
         for tl in batch:
-            enc, target = encode(tl)
-            logits = model(**enc).logits.view(-1)
-            loss = list_loss(logits, target, a.listwise_weight) / len(batch)
-            loss.backward()
-            total += float(loss.detach())
+            r, t = records(tl)
+            recs += r
+            targets.append(torch.tensor(t, dtype=torch.float32))
+            sizes.append(len(r))
+        enc = tok([q for q, _ in recs], [d for _, d in recs], truncation="longest_first",
+                  max_length=a.max_length, padding=True, return_tensors="pt")
+        logits = model(**enc).logits.view(-1)
+        loss = sum(list_loss(z, t, a.listwise_weight) for z, t in zip(torch.split(logits, sizes), targets)) / len(batch)
+        loss.backward()
+        total = float(loss.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         running = total if running is None else 0.98 * running + 0.02 * total
         bar.set_postfix(loss=f"{running:.4f}")
-        if step % 50 == 0:
+        if step % 10 == 0:
             log.info("step %d/%d loss %.4f (%.0fs)", step, steps, running, time.time() - t0)
         if a.save_every and step and step % a.save_every == 0:
             model.save_pretrained(a.out / f"step-{step}")
