@@ -44,10 +44,63 @@ def print_paired(reports: dict) -> None:
                 "-" if v is None else f"+{v['wins']} / −{v['losses']} ({v['p']:.2g})" for v in cells) + " |")
 
 
+def print_targets(d: Path) -> None:
+    """The distillation and abstention targets (issues 15 and 18) against the runs that measure them."""
+    load = lambda stem: json.loads((d / f"{stem}.json").read_text()) if (d / f"{stem}.json").exists() else None
+    ex, noex, ind_ex, ind_noex = load("test_ex"), load("test_noex"), load("independent_ex"), load("independent_noex")
+    ab, real = load("test_abstain"), load("test_nofit")
+    rows = []
+
+    def row(target, value, ok):
+        rows.append(f"| {target} | {value} | {'met' if ok else 'not met'} |")
+
+    def paired(r):
+        c = r["paired_top1"]["against"]["retrieval-confidence"]
+        return f"+{c['wins']} / −{c['losses']} (p = {c['p']:.2g})", c["p"] < 0.01 and c["wins"] > c["losses"]
+
+    if ex:
+        s = ex["stages"]
+        row("cross-encoder logit alone over the hybrid's 100, examples indexed: rank 1 ≥ 75%", pct(s["logit"]["top1"]),
+            s["logit"]["top1"] >= 0.75)
+        row("no regression with examples: rank 1 / top 5 ≥ 84.1 / 97.6", f"{pct(s['scorer']['top1'])} / {pct(s['scorer']['top5'])}",
+            s["scorer"]["top1"] >= 0.841 and s["scorer"]["top5"] >= 0.976)
+        v, ok = paired(ex)
+        row("pipeline beats retrieval-only confidence at rank 1, p < 0.01 (test, examples)", v, ok)
+    if noex:
+        s = noex["stages"]["scorer"]
+        row("no examples (day one): rank 1 ≥ 70%, top 5 ≥ 90%", f"{pct(s['top1'])} / {pct(s['top5'])}",
+            s["top1"] >= 0.70 and s["top5"] >= 0.90)
+        v, ok = paired(noex)
+        row("pipeline beats retrieval-only confidence, p < 0.01 (test, no examples)", v, ok)
+    if ind_noex:
+        s = ind_noex["stages"]["scorer"]
+        row("independent requests, no examples: top 5 ≥ 88%", pct(s["top5"]), s["top5"] >= 0.88)
+    if ind_ex:
+        v, ok = paired(ind_ex)
+        row("pipeline beats retrieval-only confidence, p < 0.01 (independent requests)", v, ok)
+    if ab:
+        a = ab["abstention"]["auroc_request"]
+        row("abstention AUROC, simulation (labelled servers removed) ≥ 0.93", f"{a:.3f}", a >= 0.93)
+    if real:
+        a = real["abstention_real"]
+        row("abstention AUROC on requests written to have no tool ≥ 0.92", f"{a['auroc']:.3f}", a["auroc"] >= 0.92)
+        none, fit = a["decisions"]["none"]["proceed"], a["decisions"]["fit"]["proceed"]
+        row("at the shipped threshold: proceed ≤ 10% with no tool, ≥ 85% with one", f"{pct(none)} / {pct(fit)}",
+            none <= 0.10 and fit >= 0.85)
+        row("ECE of the best probability on the mixture ≤ 0.05", f"{a['ece_best']:.3f}", a["ece_best"] <= 0.05)
+    if rows:
+        print("| target (test, request alone, all servers) | measured | |\n|---|---:|---|")
+        print("\n".join(rows))
+        print()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     d = Path(argv[0] if argv else "benchmarks/results")
     reports = {stem: json.loads((d / f"{stem}.json").read_text()) for stem, _ in RUNS if (d / f"{stem}.json").exists()}
+    if reports and "paired_top1" in next(iter(reports.values())) and \
+            "retrieval-confidence" in next(iter(reports.values()))["paired_top1"]["against"]:
+        print_targets(d)
     print("| run | n | stage | top 1 | top 5 | top 20 | recall@100 | top 1 (lenient) | top 5 (lenient) |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for stem, label in RUNS:
