@@ -42,6 +42,11 @@ def dequantised_state(onnx_path: str | Path) -> dict[str, np.ndarray]:
     for name, value in init.items():  # fp32 tensors that keep their names: biases, layer norms
         if not name.startswith("onnx::") and value.dtype == np.float32 and not name.endswith(("_scale", "_zero_point")):
             state[_prefix(name)] = value
+    for name, value in init.items():  # MatMul weights kept in fp32 (anonymous, like the int8 ones)
+        if name.startswith("onnx::") and value.dtype == np.float32 and value.ndim == 2:
+            bias = _bias_after(name, consumers, init)
+            if bias is not None:
+                state[_prefix(bias)[: -len(".bias")] + ".weight"] = value.T.copy()
     for base in {n[: -len("_quantized")] for n in init if n.endswith("_quantized")}:
         q = init[base + "_quantized"].astype(np.float32)
         scale = init[base + "_scale"].astype(np.float32)
@@ -63,8 +68,8 @@ def dequantised_state(onnx_path: str | Path) -> dict[str, np.ndarray]:
 
 
 def _bias_after(weight: str, consumers: dict[str, list[Any]], init: dict[str, np.ndarray]) -> str | None:
-    """The named bias the first Add after this weight's integer MatMul adds (a few nodes on)."""
-    frontier = [n for n in consumers.get(weight, []) if n.op_type == "MatMulInteger"]
+    """The named bias the first Add after this weight's MatMul (integer or fp32) adds (a few nodes on)."""
+    frontier = [n for n in consumers.get(weight, []) if n.op_type in ("MatMulInteger", "MatMul")]
     for _ in range(6):
         nxt = []
         for node in frontier:
