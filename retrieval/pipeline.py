@@ -49,7 +49,7 @@ class Policy:
     ``search_again`` once, then ``no_fit``.
     """
 
-    proceed_threshold: float = 0.80
+    proceed_threshold: float = 0.75
     floor: float = 0.05                 # tools below this join only to reach min_results
     min_results: int = 5
     max_results: int = 10
