@@ -26,16 +26,9 @@ __all__ = ["join", "legacy_lists", "main"]
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    from retrieval.jsonl import split_lines
+    from retrieval.jsonl import read_jsonl
 
-    rows = []
-    for n, line in enumerate(split_lines(Path(path).read_text(encoding="utf-8")), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
-    return rows
+    return [row for _, row in read_jsonl(path)]
 
 
 def join(lists: Iterable[dict[str, Any]], judged: Iterable[dict[str, Any]], catalog: str) -> tuple[list[dict], dict]:
@@ -90,11 +83,11 @@ def confirmed_nofit(requests: Iterable[dict[str, Any]], lists: Iterable[dict[str
 
 
 def _write(rows: list[dict], out: Path) -> None:
+    from retrieval.jsonl import write_jsonl
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, ensure_ascii=True) + "\n")   # ASCII: no character can split a line
+    write_jsonl(tmp, rows)     # line separators escaped: any text round-trips
     tmp.replace(out)
 
 
