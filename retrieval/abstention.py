@@ -185,7 +185,8 @@ def nofit_report(pipeline, queries: list[Query], nofit: list[NoFitRequest], *, s
         top5 = {t.tool_id for t in res.tools[:5]}
         rows.append({"side": side, "kind": getattr(item, "kind", "fit"), "best": res.best_probability,
                      "decision": res.decision,
-                     "right": side == "fit" and bool(top5 & item.lenient_targets)})
+                     "right": side == "fit" and bool(top5 & item.lenient_targets),
+                     "best_fits": side == "fit" and bool(res.tools) and res.tools[0].tool_id in item.lenient_targets})
     fit = [r for r in rows if r["side"] == "fit"]
     none = [r for r in rows if r["side"] == "none"]
     share = lambda rs, d: float(np.mean([r["decision"] == d for r in rs])) if rs else float("nan")
@@ -203,8 +204,9 @@ def nofit_report(pipeline, queries: list[Query], nofit: list[NoFitRequest], *, s
     best = np.array([r["best"] for r in rows])
     cov, risk = coverage_risk(best, np.array([r["right"] for r in rows]))
     out["coverage"], out["risk"] = cov.tolist(), risk.tolist()
-    # ECE of the best probability on the mixture: "the best tool fits" is right only on answerable rows
-    out["ece_best"] = _ece(best, np.array([r["right"] for r in rows], float))
+    # ECE of the best probability on the mixture: it claims "the best tool fits", true only where
+    # the request is answerable and the first tool is a fitting one
+    out["ece_best"] = _ece(best, np.array([r["best_fits"] for r in rows], float))
     return out
 
 
