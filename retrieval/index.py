@@ -52,6 +52,17 @@ def _package_version() -> str:
         return "0.1.0+local"
 
 
+def server_tools(name: str, description: str, tools: Iterable[Tool]) -> list[Tool]:
+    """``tools`` as server ``name``'s, with its description; a tool name listed twice is refused."""
+    new_tools = [Tool(name, t.name, t.description, t.input_schema, description, t.examples) for t in tools]
+    seen: set[str] = set()
+    for t in new_tools:
+        if t.name in seen:
+            raise CatalogError(f"server '{name}': duplicate tool name '{t.name}'")
+        seen.add(t.name)
+    return new_tools
+
+
 class ToolIndex:
     """Hybrid retrieval over one catalog. Thread-safe for concurrent reads and one writer."""
 
@@ -121,12 +132,7 @@ class ToolIndex:
 
     def upsert_server(self, name: str, description: str, tools: Iterable[Tool]) -> int:
         """Replace one server's tools (adding the server if new); returns how many were re-embedded."""
-        new_tools = [Tool(name, t.name, t.description, t.input_schema, description, t.examples) for t in tools]
-        seen: set[str] = set()
-        for t in new_tools:
-            if t.name in seen:
-                raise CatalogError(f"server '{name}': duplicate tool name '{t.name}'")
-            seen.add(t.name)
+        new_tools = server_tools(name, description, tools)
         with self._lock:
             others = [t for t in self.catalog.tools if t.server != name]
             descs = {k: v for k, v in self.catalog.server_descriptions.items() if k != name}

@@ -60,7 +60,7 @@ from .eligibility import Eligibility
 from .encoder import Encoder, OnnxEncoder
 from .fusion import FusionConfig, reciprocal_rank_fusion
 from .hits import Hit
-from .index import IndexLoadError, IndexSaveError, Stage, ToolIndex, _package_version
+from .index import IndexLoadError, IndexSaveError, Stage, ToolIndex, _package_version, server_tools
 from .text import tool_document, tool_passages
 
 try:
@@ -918,12 +918,7 @@ class QdrantToolIndex(ToolIndex):
             owner: whose server this is (default: this view's tenant; ``""`` the shared servers).
         """
         owner = self._owner_for_write(owner)
-        new_tools = [Tool(name, t.name, t.description, t.input_schema, description, t.examples) for t in tools]
-        seen: set[str] = set()
-        for t in new_tools:
-            if t.name in seen:
-                raise CatalogError(f"server '{name}': duplicate tool name '{t.name}'")
-            seen.add(t.name)
+        new_tools = server_tools(name, description, tools)
         if not name or not name.strip():
             raise CatalogError(f"server name {name!r} must be non-blank")
         return self._write(owner, name, new_tools)[0]
