@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from retrieval.abstention import (abstention_report, format_abstention, format_nofit, load_nofit,  # noqa: E402
                                   nofit_report, plot_coverage_risk)
 from retrieval.default_index import load_or_build_default  # noqa: E402
-from retrieval.evaluate import evaluate, format_report, load_queries  # noqa: E402
+from retrieval.evaluate import evaluate, format_report, load_queries, pipeline_rerankers  # noqa: E402
 from retrieval.pipeline import Pipeline, Policy  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
@@ -136,16 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 queries = random.Random(0).sample(queries, sample)
 
             retrieval_only = Pipeline(index, None, public_index=public, policy=policy)
-
-            def ranker(pipeline):
-                return lambda request, need, hits, eligible: [
-                    tid for tid, _ in pipeline.rank(request, need, hits, a.score_top, eligible)]
-
-            def logit_alone(request, need, hits, eligible):
-                z = scorer.logits(request, need, [index.catalog[h.tool_id] for h in hits])
-                return [hits[i].tool_id for i in np.argsort(-z, kind="stable")]
-
-            rerankers = {"scorer": ranker(pipe), "retrieval-confidence": ranker(retrieval_only), "logit": logit_alone}
+            rerankers = pipeline_rerankers(STAGES, pipe, retrieval_only, a.score_top)
             out = evaluate(index, queries, stages=STAGES, use_need=use_need,
                            org_size=org, seed=0, rerankers=rerankers, show_progress=True)
             print(f"\n== {name}\n{format_report(out)}")

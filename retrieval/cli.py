@@ -190,7 +190,7 @@ def cmd_search(a: argparse.Namespace) -> int:
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
-    from .evaluate import evaluate, format_report, load_queries
+    from .evaluate import evaluate, format_report, load_queries, pipeline_rerankers
 
     index = _index_from(a)
     queries = load_queries(a.queries, split=a.split)
@@ -203,23 +203,9 @@ def cmd_eval(a: argparse.Namespace) -> int:
     pipe = None
     if {"scorer", "logit"} & set(stages) or a.abstain or a.tokens:
         pipe = _pipeline(index, a.model, a.no_model, a.threads, a.score_top)
-    rerankers = {}
-    if "scorer" in stages:
-        rerankers["scorer"] = lambda request, need, hits, eligible: [
-            tid for tid, _ in pipe.rank(request, need, hits, a.score_top, eligible)]
-    if "logit" in stages:
-        if pipe.scorer is None:
-            raise ValueError("the 'logit' stage needs a scorer model (not --no-model)")
-
-        def logit_alone(request, need, hits, eligible):
-            import numpy as np
-            logits = pipe.scorer.logits(request, need, [index.catalog[h.tool_id] for h in hits])
-            return [hits[i].tool_id for i in np.argsort(-np.asarray(logits), kind="stable")]
-        rerankers["logit"] = logit_alone
-    if "retrieval-confidence" in stages:  # the same confidence model without the logit, fitted on dev
-        retrieval_only = _pipeline(index, None, True, a.threads)
-        rerankers["retrieval-confidence"] = lambda request, need, hits, eligible: [
-            tid for tid, _ in retrieval_only.rank(request, need, hits, None, eligible)]
+    # the same confidence model without the logit, fitted on dev
+    retrieval_only = _pipeline(index, None, True, a.threads) if "retrieval-confidence" in stages else None
+    rerankers = pipeline_rerankers(stages, pipe, retrieval_only, a.score_top)
     report = evaluate(index, queries, stages=stages, use_need=a.use_need, org_size=a.org_size, seed=a.seed,
                       rerankers=rerankers, show_progress=not a.json)
     if a.nofit and not a.abstain:

@@ -7,7 +7,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -106,6 +106,32 @@ def _summarise(ranks: list[int | None], lenient: list[int | None], styles: list[
         "top1_lenient": frac(lenient, 1), "top5_lenient": frac(lenient, 5),
         "by_style": by_style,
     }
+
+
+def pipeline_rerankers(stages: Sequence[str], pipe: Any = None, retrieval_only: Any = None,
+                       score_top: int | None = None) -> dict[str, Reranker]:
+    """The re-ranking stages of ``stages`` over pipelines: ``scorer`` (``pipe``'s probabilities),
+    ``logit`` (``pipe``'s cross-encoder logit alone) and ``retrieval-confidence`` (the probabilities
+    of ``retrieval_only``, the same confidence model without the logit)."""
+    out: dict[str, Reranker] = {}
+
+    def ranked_by(pipeline: Any) -> Reranker:
+        return lambda request, need, hits, eligible: [
+            tid for tid, _ in pipeline.rank(request, need, hits, score_top, eligible)]
+
+    if "scorer" in stages:
+        out["scorer"] = ranked_by(pipe)
+    if "logit" in stages:
+        if pipe is None or pipe.scorer is None:
+            raise ValueError("the 'logit' stage needs a scorer model (not --no-model)")
+
+        def logit_alone(request, need, hits, eligible):
+            z = np.asarray(pipe.scorer.logits(request, need, [pipe.index.catalog[h.tool_id] for h in hits]))
+            return [hits[i].tool_id for i in np.argsort(-z, kind="stable")]
+        out["logit"] = logit_alone
+    if "retrieval-confidence" in stages:
+        out["retrieval-confidence"] = ranked_by(retrieval_only)
+    return out
 
 
 def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str] = ("bm25", "dense", "hybrid"),
