@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # keep scorer importable without retrieval
     from retrieval.catalog import Tool
 
-__all__ = ["RECORD_FORMAT_VERSION", "ELLIPSIS", "format_record", "record_text", "truncate_at_word"]
+__all__ = ["RECORD_FORMAT_VERSION", "ELLIPSIS", "REQUEST_CUTS", "RequestFitter", "format_record", "record_text",
+           "truncate_at_word"]
 
 RECORD_FORMAT_VERSION = 1
 """Version of the text produced by :func:`format_record`; bump on any change to it."""
@@ -143,6 +144,70 @@ def format_record(
         if names:
             tool_text += "\nParameters: " + ", ".join(names)
     return query_text, tool_text
+
+
+REQUEST_CUTS = ("head_tail", "end", "start")
+"""How a request longer than its token budget is cut: keep its start and its end (``head_tail``),
+only its end (``end``: the ask is often the last sentence) or only its start (``start``)."""
+
+
+class RequestFitter:
+    """Cuts the *request* to a token budget of its own, once per request, before any pairing.
+
+    A pair tokeniser that truncates ``longest_first`` cuts the end of a long request, where the
+    actual ask often is, and cuts it differently for each candidate of the list (a longer
+    description takes more from the request). Here the query side (``User request: …`` and the
+    need line) gets at most ``budget`` tokens, cut where it loses least, and the pair is then
+    truncated on the tool side only, so every candidate of a list sees the same request text.
+    Training (``training/distill.py``) and the runtime scorer use this same class.
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer`` (the model's ``tokenizer.json``); a copy without
+            truncation or padding is kept.
+        budget: tokens for the whole query side, special tokens excluded (>= 16).
+        cut: one of :data:`REQUEST_CUTS`.
+        head_share: with ``head_tail``, the share of the request budget kept from its start.
+    """
+
+    def __init__(self, tokenizer: Any, budget: int, cut: str = "head_tail", head_share: float = 0.34):
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 16:
+            raise ValueError(f"request budget must be an int >= 16 tokens, got {budget!r}")
+        if cut not in REQUEST_CUTS:
+            raise ValueError(f"request cut must be one of {REQUEST_CUTS}, got {cut!r}")
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_str(tokenizer.to_str())
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        self.budget = budget
+        self.cut = cut
+        self.head_share = head_share
+
+    def _offsets(self, text: str) -> list[tuple[int, int]]:
+        return self._tok.encode(text, add_special_tokens=False).offsets
+
+    def _cut(self, text: str, keep: int, cut: str) -> str:
+        offsets = self._offsets(text)
+        if len(offsets) <= keep:
+            return text
+        keep = max(keep - 1, 2)  # one token for the ellipsis
+        if cut == "start":
+            return text[: offsets[keep - 1][1]].rstrip() + " " + ELLIPSIS
+        if cut == "end":
+            return ELLIPSIS + " " + text[offsets[len(offsets) - keep][0]:].lstrip()
+        head = max(1, int(round(keep * self.head_share)))
+        tail = keep - head
+        return (text[: offsets[head - 1][1]].rstrip() + " " + ELLIPSIS + " "
+                + text[offsets[len(offsets) - tail][0]:].lstrip())
+
+    def fit(self, request: str, need: str | None) -> tuple[str, str | None]:
+        """The (request, need) to put in the record: unchanged when the query side fits."""
+        request, need = _clean(request), _clean(need) or None
+        need_tokens = 0
+        if need:
+            need = self._cut(need, self.budget // 3, "start")
+            need_tokens = len(self._offsets(need)) + 8   # "The assistant is looking for:"
+        return self._cut(request, self.budget - 3 - need_tokens, self.cut), need
 
 
 def _parameter_names(schema: Any) -> list[str]:

@@ -1,20 +1,31 @@
-"""Distil the LLM judge into the cross-encoder, list by list.
+"""Distil the LLM judge into the cross-encoder, list by list, resumably, choosing on dev.
 
-Each teacher list is one request with the candidates the pipeline really put in front of the
-scorer and the judge's P(yes) for each (training/data/teacher/, see its card). The loss reads
-the whole list at once:
+Each teacher list is one request with the candidates the pipeline put in front of the judge and
+its P(yes) for each (training/data/teacher/, see its card). A step reads whole lists:
 
-* pointwise binary cross-entropy to the teacher's P(yes) for every candidate, so the logit
-  keeps an absolute meaning: a list where nothing fits (the judge says no to all) must give
-  low logits everywhere, not just an order;
-* listwise KL divergence from the teacher's distribution over the list (P(yes) normalised)
-  to the student's softmax, on lists where something fits: the order among look-alikes is
-  what rank 1 needs, and a pointwise loss spends most of its gradient on easy negatives.
+* pointwise binary cross-entropy to the teacher's P(yes) for every candidate, so the logit keeps
+  an absolute meaning (a list where nothing fits must give low logits everywhere);
+* listwise KL divergence from the teacher's distribution over the list to the student's softmax,
+  on lists where something fits: the order among look-alikes is what rank 1 needs;
+* a few **deep negatives** per list (``--deep-negatives``) drawn from the hybrid's ranks 21–100
+  (``training.pools``), labelled 0: at query time the student scores all 100, not just the
+  look-alikes the judge saw.
 
-    python -m training.distill --teacher training/data/teacher/*.jsonl --out runs/ce-distill \\
-        --layers 6 --max-length 64 --parameters 6
+The request gets a token budget of its own (``--request-tokens``, cut by
+:class:`scorer.record.RequestFitter`, the same class the runtime scorer uses), and the pair is
+then truncated on the tool side only. With ``--examples-rate`` a share of the MCP-Zero lists
+carries each tool's example requests in the record (catalogs with examples), the rest none
+(day one), so one student serves both.
 
-Writes ``OUT/final`` (a HF folder with ``train_args.json``), which training/export.py exports.
+Every ``--eval-minutes`` the run measures dev MRR of the logit alone over the hybrid's 100 for a
+fixed sample of dev questions (``--dev-pool``, with and without examples), appends it to
+``OUT/curve.jsonl``, keeps the best checkpoint in ``OUT/best`` (safetensors, full precision) and
+a resumable state in ``OUT/state`` (``--resume`` continues from it). ``--minutes`` bounds the
+training time.
+
+    python -m training.distill --teacher training/data/teacher/lists_*.jsonl \\
+        --smithery ../shared/data/smithery/servers --pools runs/pools --out runs/ce-long --minutes 120
+
 Lists whose request is on a dev or test server are refused: they are for choosing and reporting.
 """
 
@@ -93,12 +104,12 @@ def list_loss(logits: Any, targets: Any, listwise_weight: float, temperature: fl
 
 
 class Tools:
-    """(server, tool) -> Tool over both catalogs a teacher list may come from."""
+    """(server, tool) -> Tool over both catalogs a teacher list may come from (MCP-Zero with examples)."""
 
     def __init__(self, smithery_dir: Path | None):
         from retrieval.catalog import load_default_catalog
 
-        self.catalogs = {"mcp-zero": load_default_catalog(with_examples=False)}
+        self.catalogs = {"mcp-zero": load_default_catalog(with_examples=True)}
         if smithery_dir is not None:
             from retrieval.smithery import read_smithery
 
@@ -113,25 +124,169 @@ class Tools:
         return cat[ToolId(server, tool)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def read_pools(path: Path) -> dict[str, list[tuple[str, str]]]:
+    """``training.pools`` output: id -> the hybrid's ranked (server, tool) list."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out[row["id"]] = [tuple(c) for c in row["candidates"]]
+    return out
+
+
+class Records:
+    """Builds the model's (query, tool) texts the way the runtime scorer does."""
+
+    def __init__(self, tokenizer_json: str, args: argparse.Namespace):
+        from tokenizers import Tokenizer
+
+        from scorer.record import RequestFitter
+
+        self.fitter = RequestFitter(Tokenizer.from_str(tokenizer_json), args.request_tokens, args.request_cut)
+        self.fmt = dict(max_description_chars=args.max_description_chars, parameters=args.parameters)
+        self.examples = args.examples
+
+    def __call__(self, request: str, need: str | None, tools: Sequence[Any], with_examples: bool) -> list[tuple[str, str]]:
+        from scorer.record import format_record
+
+        request, need = self.fitter.fit(request, need)
+        ex = self.examples if with_examples else 0
+        return [format_record(request, need, t, examples=ex, **self.fmt) for t in tools]
+
+
+def forward(model: Any, tok: Any, recs: Sequence[tuple[str, str]], max_length: int, micro: int) -> Any:
+    """Logits for ``recs`` in order, computed in length-sorted micro-batches (little padding)."""
+    import torch
+
+    enc = tok([q for q, _ in recs], [d for _, d in recs], truncation="only_second", max_length=max_length)
+    lengths = [len(ids) for ids in enc["input_ids"]]
+    order = sorted(range(len(recs)), key=lambda i: lengths[i])
+    parts, where = [], []
+    for s in range(0, len(order), micro):
+        idx = order[s:s + micro]
+        batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc.keys()}, return_tensors="pt")
+        parts.append(model(**batch).logits.view(-1))
+        where += idx
+    logits = torch.cat(parts)
+    inverse = torch.empty(len(where), dtype=torch.long)
+    inverse[torch.tensor(where)] = torch.arange(len(where))
+    return logits[inverse]
+
+
+@dataclass
+class DevSet:
+    """A fixed sample of dev questions with the hybrid's candidates, for choosing checkpoints."""
+
+    name: str
+    with_examples: bool
+    rows: list[dict]
+
+
+def load_dev(path: Path, n: int, seed: int, with_examples: bool) -> DevSet:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    random.Random(seed).shuffle(rows)
+    return DevSet(path.stem, with_examples, rows[:n] if n else rows)
+
+
+def evaluate_dev(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet, max_length: int,
+                 depth: int = 100, micro: int = 64) -> dict[str, float]:
+    """MRR / rank-1 / top-5 of the logit alone over the hybrid's ``depth`` candidates."""
+    import torch
+
+    model.eval()
+    rr, top1, top5 = [], 0, 0
+    with torch.no_grad():
+        for row in dev.rows:
+            cands = [tuple(c) for c in row["candidates"][:depth]]
+            target = tuple(row["target"])
+            if target not in cands:
+                rr.append(0.0)
+                continue
+            recs = records(row["query"], None, [tools.get("mcp-zero", s, t) for s, t in cands], dev.with_examples)
+            z = forward(model, tok, recs, max_length, micro).numpy()
+            rank = 1 + int((z > z[cands.index(target)]).sum())
+            rr.append(1.0 / rank)
+            top1 += rank == 1
+            top5 += rank <= 5
+    model.train()
+    n = max(1, len(dev.rows))
+    return {"mrr": sum(rr) / n, "top1": top1 / n, "top5": top5 / n}
+
+
+def _save_state(out: Path, model: Any, tok: Any, opt: Any, sched: Any, state: dict) -> None:
+    """Resumable state, written aside and then renamed, so a kill mid-save keeps the last one."""
+    import shutil
+
+    import torch
+
+    tmp = out / "state.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    torch.save({"opt": opt.state_dict(), "sched": sched.state_dict(), "torch_rng": torch.get_rng_state()},
+               tmp / "optimizer.pt")
+    (tmp / "progress.json").write_text(json.dumps(state))
+    final = out / "state"
+    old = out / "state.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _save_model(dest: Path, model: Any, tok: Any, args: argparse.Namespace, extra: dict) -> None:
+    import shutil
+
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)   # safetensors, full precision
+    tok.save_pretrained(tmp)
+    (tmp / "train_args.json").write_text(json.dumps({**{k: (str(v) if isinstance(v, Path) else v)
+                                                         for k, v in vars(args).items()
+                                                         if not isinstance(v, list)},
+                                                      "teacher": [str(t) for t in args.teacher], **extra}, indent=1))
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.distill", description=__doc__.split("\n\n")[0])
     p.add_argument("--teacher", type=Path, nargs="+", required=True, help="teacher list JSONL files")
     p.add_argument("--smithery", type=Path, help="Smithery server folder, for lists over that catalog")
+    p.add_argument("--pools", type=Path, help="training.pools output folder (deep negatives and dev pools)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--max-length", type=int, default=64)
+    p.add_argument("--max-length", type=int, default=96)
+    p.add_argument("--request-tokens", type=int, default=40, help="token budget of the query side")
+    p.add_argument("--request-cut", default="head_tail", help="head_tail | end | start")
     p.add_argument("--max-description-chars", type=int, default=200)
-    p.add_argument("--parameters", type=int, default=6, help="input-schema parameter names in the record")
-    p.add_argument("--max-candidates", type=int, default=16, help="candidates kept per list (fits first, then the rest)")
+    p.add_argument("--parameters", type=int, default=4, help="input-schema parameter names in the record")
+    p.add_argument("--examples", type=int, default=2, help="example requests in the record, where there are some")
+    p.add_argument("--examples-rate", type=float, default=0.5, help="share of MCP-Zero lists trained with examples")
+    p.add_argument("--max-candidates", type=int, default=0, help="judged candidates kept per list (0 = all)")
+    p.add_argument("--deep-negatives", type=int, default=3, help="unjudged negatives per list from hybrid ranks 21-100")
     p.add_argument("--lists-per-step", type=int, default=4)
-    p.add_argument("--epochs", type=float, default=1.0)
-    p.add_argument("--lr", type=float, default=4e-5)
+    p.add_argument("--micro-batch", type=int, default=32)
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--minutes", type=float, default=0, help="stop training after this many minutes (0 = no bound)")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the steps (then cosine)")
     p.add_argument("--listwise-weight", type=float, default=1.0)
     p.add_argument("--max-lists", type=int, default=0, help="cap on lists (0 = all)")
-    p.add_argument("--init", type=Path, help="continue from this cross-encoder folder")
+    p.add_argument("--init", type=Path, help="start from this cross-encoder folder (default: MiniLM weights)")
+    p.add_argument("--init-base", type=Path, help="take the first --layers layers of this BERT folder")
+    p.add_argument("--dev-questions", type=int, default=150)
+    p.add_argument("--dev-depth", type=int, default=30, help="hybrid candidates scored per dev question while training")
+    p.add_argument("--eval-minutes", type=float, default=10.0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=13)
-    p.add_argument("--save-every", type=int, default=0, help="also save OUT/step-N every N steps (0 = only final)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/state")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     a = p.parse_args(argv)
     for path in a.teacher:
         if not path.is_file():
@@ -140,16 +295,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--layers must be 1..6, got {a.layers}")
     if a.init and not (a.init / "config.json").exists():
         p.error(f"--init {a.init}: not a model folder (no config.json)")
-    from .train import init_model_dir, start_run, trained_data_hash, write_run_record
+    if a.resume and not (a.out / "state" / "progress.json").exists():
+        p.error(f"--resume: {a.out / 'state'} holds no saved state; start without --resume")
+    from scorer.record import REQUEST_CUTS
+
+    if a.request_cut not in REQUEST_CUTS:
+        p.error(f"--request-cut must be one of {REQUEST_CUTS}")
+    from .train import init_model_dir, start_run, trained_data_hash
 
     t0 = start_run(a)
     import torch
+    from tqdm import tqdm
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from scorer.record import format_record
 
     from . import modeling  # noqa: F401  (registers the mean-pooling model class)
     from .pairs import load_split
+
     lists = read_teacher(a.teacher)
     try:
         check_train_only(lists, load_split())
@@ -160,65 +321,128 @@ def main(argv: list[str] | None = None) -> int:
     if a.max_lists:
         lists = lists[: a.max_lists]
     tools = Tools(a.smithery)
-    init = a.init or init_model_dir(a.layers, a.out / "init")
+    pools = read_pools(a.pools / "teacher.jsonl") if a.pools and a.deep_negatives else {}
+    a.out.mkdir(parents=True, exist_ok=True)
+    state_dir = a.out / "state"
+    if a.resume:
+        init = state_dir
+    else:
+        init = a.init or init_model_dir(a.layers, a.out / "init", base=a.init_base)
     model = AutoModelForSequenceClassification.from_pretrained(init, num_labels=1)
     tok = AutoTokenizer.from_pretrained(init)
-    fmt = dict(max_description_chars=a.max_description_chars, parameters=a.parameters)
+    records = Records(tok.backend_tokenizer.to_str(), a)
+    devs = []
+    if a.pools:
+        for tag, ex in (("dev_ex", True), ("dev_noex", False)):
+            if (a.pools / f"{tag}.jsonl").exists():
+                devs.append(load_dev(a.pools / f"{tag}.jsonl", a.dev_questions, 7, ex))
 
-    def records(tl: TeacherList) -> tuple[list[tuple[str, str]], list[float]]:
-        # Every fit, then the negatives the judge hesitated on (the look-alikes), then a random rest.
-        keep = [c for c in tl.candidates if c[2] >= 0.5]
-        rest = [c for c in tl.candidates if c[2] < 0.5]
-        rng.shuffle(rest)
-        rest.sort(key=lambda c: -c[2])  # stable: equal probabilities stay in random order
-        keep = (keep + rest)[: a.max_candidates]
-        return ([format_record(tl.query, None, tools.get(tl.catalog, s, t), **fmt) for s, t, _ in keep],
-                [c[2] for c in keep])
+    # Lists in a fixed order per epoch; steps group lists of similar request length.
+    steps_per_epoch = math.ceil(len(lists) / a.lists_per_step)
+    steps = max(1, int(steps_per_epoch * a.epochs))
 
-    steps = max(1, int(math.ceil(len(lists) * a.epochs / a.lists_per_step)))
+    def epoch_steps(epoch: int) -> list[list[int]]:
+        r = random.Random(a.seed * 1000 + epoch)
+        idx = list(range(len(lists)))
+        r.shuffle(idx)
+        chunks = [idx[i:i + 64] for i in range(0, len(idx), 64)]
+        out = []
+        for ch in chunks:
+            ch.sort(key=lambda i: len(lists[i].query))
+            out += [ch[i:i + a.lists_per_step] for i in range(0, len(ch), a.lists_per_step)]
+        r.shuffle(out)
+        return out
+
+    def step_lists(step: int) -> list[TeacherList]:
+        epoch, k = divmod(step, steps_per_epoch)
+        return [lists[i] for i in epoch_steps(epoch)[k]]
+
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
-    warmup = max(1, steps // 16)
+    warmup = max(1, int(steps * a.warmup))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, (steps - s) / max(1, steps - warmup)))
-    model.train()
-    log.info("%d teacher lists (%d with a fit), %d steps of %d lists", len(lists), sum(t.has_fit for t in lists),
-             steps, a.lists_per_step)
-    from tqdm import tqdm
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, max(0, s - warmup) / max(1, steps - warmup)))))
+    progress = {"step": 0, "pairs": 0, "train_seconds": 0.0, "best": -1.0, "running": None}
+    if a.resume:
+        saved = torch.load(state_dir / "optimizer.pt", weights_only=False)
+        opt.load_state_dict(saved["opt"])
+        sched.load_state_dict(saved["sched"])
+        torch.set_rng_state(saved["torch_rng"])
+        progress = json.loads((state_dir / "progress.json").read_text())
+        log.info("resumed at step %d (%d pairs, %.0f s of training)", progress["step"], progress["pairs"],
+                 progress["train_seconds"])
+    log.info("%d teacher lists (%d with a fit), %d steps of %d lists, deep negatives %d, dev %s",
+             len(lists), sum(t.has_fit for t in lists), steps, a.lists_per_step, a.deep_negatives,
+             [f"{d.name}:{len(d.rows)}" for d in devs])
+    curve_path = a.out / "curve.jsonl"
 
-    order = [lists[i % len(lists)] for i in range(steps * a.lists_per_step)]
-    running = None
-    bar = tqdm(range(steps), desc="distil", unit="step", disable=None)
+    def checkpoint(final: bool = False) -> None:
+        row = {"step": progress["step"], "pairs": progress["pairs"], "train_minutes": round(progress["train_seconds"] / 60, 2),
+               "lr": sched.get_last_lr()[0], "loss": progress["running"]}
+        te = time.time()
+        for dev in devs:
+            m = evaluate_dev(model, tok, records, tools, dev, a.max_length, depth=a.dev_depth)
+            row.update({f"{dev.name}_{k}": round(v, 4) for k, v in m.items()})
+        row["eval_seconds"] = round(time.time() - te, 1)
+        score = sum(row.get(f"{d.name}_mrr", 0.0) for d in devs) / max(1, len(devs))
+        row["score"] = round(score, 4)
+        with curve_path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        log.info("checkpoint %s", row)
+        if score > progress["best"] or not devs:
+            progress["best"] = score
+            _save_model(a.out / "best", model, tok, a, {"checkpoint": row})
+        progress["last_eval_train_seconds"] = progress["train_seconds"]
+        _save_state(a.out, model, tok, opt, sched, progress)
+
+    if not a.resume and devs:
+        checkpoint()
+    model.train()
+    bar = tqdm(range(progress["step"], steps), desc="distil", unit="step", disable=None, initial=progress["step"], total=steps)
+    budget = a.minutes * 60 if a.minutes else math.inf
     for step in bar:
-        batch = order[step * a.lists_per_step:(step + 1) * a.lists_per_step]
+        ts = time.time()
+        batch = step_lists(step)
+        srng = random.Random(f"{a.seed}:{step}")
         opt.zero_grad()
-        # One forward pass over every candidate of the step's lists, then each list's own loss.
         recs, targets, sizes = [], [], []
         for tl in batch:
-            r, t = records(tl)
-            recs += r
-            targets.append(torch.tensor(t, dtype=torch.float32))
-            sizes.append(len(r))
-        enc = tok([q for q, _ in recs], [d for _, d in recs], truncation="longest_first",
-                  max_length=a.max_length, padding=True, return_tensors="pt")
-        logits = model(**enc).logits.view(-1)
+            cands = [c for c in tl.candidates]
+            if a.max_candidates:
+                keep = [c for c in cands if c[2] >= 0.5]
+                rest = sorted((c for c in cands if c[2] < 0.5), key=lambda c: -c[2])
+                cands = (keep + rest)[: a.max_candidates]
+            judged = {(s, t) for s, t, _ in tl.candidates}
+            deep = [c for c in pools.get(tl.id, [])[20:] if c not in judged]
+            cands += [(s, t, 0.0) for s, t in srng.sample(deep, min(a.deep_negatives, len(deep)))]
+            with_ex = tl.catalog == "mcp-zero" and srng.random() < a.examples_rate
+            recs += records(tl.query, None, [tools.get(tl.catalog, s, t) for s, t, _ in cands], with_ex)
+            targets.append(torch.tensor([c[2] for c in cands], dtype=torch.float32))
+            sizes.append(len(cands))
+        logits = forward(model, tok, recs, a.max_length, a.micro_batch)
         loss = sum(list_loss(z, t, a.listwise_weight) for z, t in zip(torch.split(logits, sizes), targets)) / len(batch)
         loss.backward()
-        total = float(loss.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        running = total if running is None else 0.98 * running + 0.02 * total
-        bar.set_postfix(loss=f"{running:.4f}")
-        if step % 10 == 0:
-            log.info("step %d/%d loss %.4f (%.0fs)", step, steps, running, time.time() - t0)
-        if a.save_every and step and step % a.save_every == 0:
-            model.save_pretrained(a.out / f"step-{step}")
-            tok.save_pretrained(a.out / f"step-{step}")
-    final = a.out / "final"
-    model.save_pretrained(final)
-    tok.save_pretrained(final)
-    n_pairs = sum(min(len(t.candidates), a.max_candidates) for t in lists)
-    write_run_record(final, a, n_pairs, t0, trained_data_hash(*a.teacher))
+        total = float(loss.detach())
+        progress["running"] = total if progress["running"] is None else 0.98 * progress["running"] + 0.02 * total
+        progress["step"] = step + 1
+        progress["pairs"] += len(recs)
+        progress["train_seconds"] += time.time() - ts
+        bar.set_postfix(loss=f"{progress['running']:.4f}", pairs=progress["pairs"])
+        if step % 50 == 0:
+            log.info("step %d/%d loss %.4f pairs %d (%.1f pairs/s)", step, steps, progress["running"], progress["pairs"],
+                     progress["pairs"] / max(1e-9, progress["train_seconds"]))
+        if progress["train_seconds"] - progress.get("last_eval_train_seconds", 0.0) >= a.eval_minutes * 60:
+            checkpoint()
+        if progress["train_seconds"] >= budget:
+            log.info("time budget of %.0f minutes spent at step %d", a.minutes, step + 1)
+            break
+    checkpoint(final=True)
+    _save_model(a.out / "last", model, tok, a, {"progress": progress})
+    (a.out / "best" / "train_args.json").write_text(json.dumps(
+        {**json.loads((a.out / "best" / "train_args.json").read_text()),
+         "training_data_hash": trained_data_hash(*a.teacher), "wall_seconds": round(time.time() - t0)}, indent=1))
     return 0
 
 
