@@ -58,14 +58,13 @@ class Policy:
     # lowest scored logit, so they rank below every scored one with the same retrieval
     # evidence: the fast operating point (README, "Speed").
     score_top: int | None = None
-    server_mention_confidence: float = 0.95
     exact_name_confidence: float = 0.9
     suggestions: int = 3                # public servers named on no_fit
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.floor <= 1.0 or not 0.0 <= self.proceed_threshold <= 1.0:
             raise ValueError(f"thresholds must lie in [0, 1]: floor={self.floor}, proceed_threshold={self.proceed_threshold}")
-        for name in ("server_mention_confidence", "exact_name_confidence"):
+        for name in ("exact_name_confidence",):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} is a probability and must lie in [0, 1], got {getattr(self, name)}")
         if self.suggestions < 0:
@@ -284,12 +283,12 @@ class Pipeline:
             i = row_of[tid]
             probs[i] = max(probs[i], policy.exact_name_confidence)
             source[tid] = "exact_name"
-        # The floor goes to the named server's best tool, never to an exactly named tool
-        # of another server that joined the candidates above.
+        # A named server restricts the search (above); it does not set the probability: the
+        # server's tools are judged like any others, so "protect the main branch on GitHub"
+        # does not proceed with create_branch just because GitHub was named.
         in_scope = [i for i, h in enumerate(hits) if h.tool_id.server in mentioned]
         if in_scope:
             top = max(in_scope, key=lambda i: probs[i])
-            probs[top] = max(probs[top], policy.server_mention_confidence)
             source.setdefault(hits[top].tool_id, "server_mention")
 
         order = [int(i) for i in np.argsort(-probs, kind="stable")]
@@ -371,7 +370,8 @@ class Pipeline:
         }
         reasons = {
             "always_available": "always-available tool whose keywords the request contains",
-            "server_mention": f"best tool of the server the request names (confidence floor {policy.server_mention_confidence})",
+            "server_mention": "best tool of the server the request names (the search was restricted to it; "
+                              "the probability is the scorer's own)",
             "exact_name": "the request names this tool exactly",
             "ranked": f"ranked by calibrated probability; decision {decision} "
                       f"(proceed at >= {policy.proceed_threshold}, list floor {policy.floor})",

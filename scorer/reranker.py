@@ -35,7 +35,7 @@ from tokenizers import Encoding, Tokenizer
 
 from scorer.calibration import Calibration, CalibrationError
 from scorer.locations import RERANKER, models_root
-from scorer.record import RECORD_FORMAT_VERSION, format_record
+from scorer.record import RECORD_FORMAT_VERSION, REQUEST_CUTS, RequestFitter, format_record
 
 if TYPE_CHECKING:
     from retrieval.catalog import Tool
@@ -105,7 +105,11 @@ class ModelConfig:
         max_length: Token budget of a (query, tool) pair, special tokens included.
         record_format_version: The :data:`scorer.record.RECORD_FORMAT_VERSION` it was trained with.
         max_description_chars: Description budget passed to :func:`scorer.record.format_record`.
-        examples: How many example requests the record carries.
+        examples: How many example requests the record carries (where the tool has some).
+        parameters: How many input-schema parameter names the record carries.
+        request_tokens: Token budget of the query side (request and need), cut once per request
+            by :class:`scorer.record.RequestFitter`; 0 leaves the cut to the pair tokeniser.
+        request_cut: Where a long request is cut (see :data:`scorer.record.REQUEST_CUTS`).
         calibration: Logit to probability mapping.
         truncation: ``"only_second"`` (cut the tool side first) or ``"longest_first"``;
             must match how the training pairs were truncated.
@@ -123,6 +127,8 @@ class ModelConfig:
     max_description_chars: int = 300
     examples: int = 0
     parameters: int = 0
+    request_tokens: int = 0
+    request_cut: str = "head_tail"
     calibration: Calibration = field(default_factory=Calibration)
     truncation: str = "only_second"
     base_model: str = ""
@@ -162,6 +168,13 @@ class ModelConfig:
         max_chars = _require_int(record, "max_description_chars", f"{where}, record", minimum=2, default=300)
         examples = _require_int(record, "examples", f"{where}, record", minimum=0, default=0)
         parameters = _require_int(record, "parameters", f"{where}, record", minimum=0, default=0)
+        request_tokens = _require_int(record, "request_tokens", f"{where}, record", minimum=0, default=0)
+        if request_tokens and not 16 <= request_tokens < max_length:
+            raise ScorerLoadError(f"{where}, record: 'request_tokens' must be 0 (no request budget) or "
+                                  f"16..{max_length - 1}, got {request_tokens}")
+        request_cut = record.get("request_cut", "head_tail")
+        if request_cut not in REQUEST_CUTS:
+            raise ScorerLoadError(f"{where}, record: 'request_cut' must be one of {REQUEST_CUTS}, got {request_cut!r}")
         try:
             calibration = Calibration.from_dict(raw.get("calibration"))
         except CalibrationError as exc:
@@ -180,6 +193,8 @@ class ModelConfig:
             max_description_chars=max_chars,
             examples=examples,
             parameters=parameters,
+            request_tokens=request_tokens,
+            request_cut=request_cut,
             calibration=calibration,
             truncation=truncation,
             base_model=base_model,
@@ -238,6 +253,11 @@ class PairEncoder:
         self._primary = self._make(tokenizer_json, truncation)
         self._fallback = self._make(tokenizer_json, "longest_first") if truncation != "longest_first" else None
         self.pad_id = self._pad_id(self._primary)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The underlying ``tokenizers.Tokenizer`` (truncation set; copy it before changing it)."""
+        return self._primary
 
     def _make(self, tokenizer_json: str, strategy: str) -> Tokenizer:
         tok = Tokenizer.from_str(tokenizer_json)
@@ -355,6 +375,8 @@ class Scorer:
         self.threads = threads
         self.batch_size = batch_size
         self._feeds, self._output = _check_signature(session, path / MODEL_FILE)
+        self._fitter = (RequestFitter(encoder.tokenizer, config.request_tokens, config.request_cut)
+                        if config.request_tokens else None)
 
     # ------------------------------------------------------------------ loading
 
@@ -439,7 +461,11 @@ class Scorer:
     # ------------------------------------------------------------------ scoring
 
     def records(self, request: str, need: str | None, tools: Sequence["Tool"]) -> list[tuple[str, str]]:
-        """The (query_text, tool_text) pairs this model reads for these candidates."""
+        """The (query_text, tool_text) pairs this model reads for these candidates.
+
+        With a request budget the request is cut once, so every candidate sees the same text."""
+        if self._fitter is not None:
+            request, need = self._fitter.fit(request, need)
         return [
             format_record(request, need, tool, max_description_chars=self.config.max_description_chars,
                           examples=self.config.examples, parameters=self.config.parameters)

@@ -434,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         else trained.get("max_description_chars", 300),
         "examples": a.examples if a.examples is not None else trained.get("examples", 0),
         "parameters": trained.get("parameters", 0),
+        "request_tokens": trained.get("request_tokens", 0),
+        "request_cut": trained.get("request_cut", "head_tail"),
     }
     extra: dict[str, Any] = {"version": a.version, "record": record}
     if a.name:

@@ -9,10 +9,10 @@ src=$1; out=$2; shift 2
 export HF_HUB_OFFLINE=1
 nofit="$(dirname "$0")/data/nofit.jsonl"
 # The training-data hash comes from the run's train_args.json (what it really trained on).
-python -m training.export "$src" "$out" --truncation longest_first --overwrite --name "$(basename "$out")" "$@"
+python -m training.export "$src" "$out" --overwrite --name "$(basename "$out")" "$@"
 # int8 must not cost quality: the same checkpoint in fp32 against the int8 folder on dev lists (fails the release)
 fp32=$(mktemp -d)/fp32
-python -m training.export "$src" "$fp32" --truncation longest_first --quantize none --name fp32-reference "$@"
+python -m training.export "$src" "$fp32" --quantize none --name fp32-reference "$@"
 python -m training.int8 gate "$fp32" "$out" --out "$out/int8_gate.json"
 python -m training.int8 check "$out" > /dev/null
 python -m training.calibrate --model "$out" --modes request,need,abstain,nofit --nofit "$nofit"

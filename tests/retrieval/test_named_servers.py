@@ -73,7 +73,7 @@ def test_naming_a_connected_server_costs_its_tools_nothing(deployment):
     r = pipe.search(REQUEST, eligible=Eligibility.of(servers=["GitHub", "Weather"]))
     assert r.restricted_to == ["GitHub"]
     assert r.tools[0].tool_id == ToolId("GitHub", "create_issue")
-    assert r.tools[0].probability == pytest.approx(0.95)  # the mention floor, and above it sigmoid(logit(0.9))
+    assert r.tools[0].probability == pytest.approx(0.9)  # the scorer's own: naming it neither floors nor penalises
     assert r.decision == "proceed"
 
 

@@ -157,7 +157,7 @@ def test_always_available_tool_missing_from_catalog_is_ignored(index):
 # ------------------------------------------------------------------ shortcut: server mention
 
 
-def test_server_mention_restricts_and_floors(index):
+def test_server_mention_restricts_but_does_not_set_the_probability(index):
     # Slack's list_channels would win without the mention
     pipe = make(index, {"list_channels": 0.9, "list_pull_requests": 0.1, "create_issue": 0.05})
     r = pipe.search("use github to list the open items")
@@ -165,9 +165,9 @@ def test_server_mention_restricts_and_floors(index):
     assert {t.tool_id.server for t in r.tools} == {"GitHub"}
     top = r.tools[0]
     assert (top.tool_id, top.source) == (PULLS, "server_mention")
-    assert top.probability == pytest.approx(Policy().server_mention_confidence)
-    assert r.tools[1].probability == pytest.approx(0.05)     # only the best one is floored
-    assert r.decision == "proceed"
+    assert top.probability == pytest.approx(0.1)             # the scorer's own, no 0.95 floor
+    assert r.tools[1].probability == pytest.approx(0.05)
+    assert r.decision == "search_again"                       # naming GitHub does not make a weak tool fit
     assert "restricted to GitHub" in r.message
 
 
@@ -176,23 +176,22 @@ def test_server_mention_keeps_a_higher_probability(index):
     assert r.tools[0].probability == pytest.approx(0.99) and r.tools[0].source == "server_mention"
 
 
-def test_server_mention_floor_goes_to_the_named_server(index):
-    """An exactly named tool of another server joins, but the floor stays with the named server."""
+def test_server_mention_with_an_exactly_named_tool_of_another_server(index):
+    """An exactly named tool of another server joins with its floor; the named server's tool keeps its score."""
     pipe = make(index, {"list_pull_requests": 0.1, "create_issue": 0.05, "get_alerts": 0.2})
     r = pipe.search("use github to run get_alerts")
     by_id = {t.tool_id: t for t in r.tools}
     assert r.restricted_to == ["GitHub"]
     assert by_id[PULLS].source == "server_mention"
-    assert by_id[PULLS].probability == pytest.approx(0.95)
+    assert by_id[PULLS].probability == pytest.approx(0.1)
     assert by_id[ALERTS].source == "exact_name"
     assert by_id[ALERTS].probability == pytest.approx(0.9)
-    assert ids(r)[:2] == [PULLS, ALERTS]
+    assert ids(r)[:2] == [ALERTS, PULLS]
 
 
-def test_server_mention_policy_floor(index):
-    pipe = make(index)
-    r = pipe.search("use github to list the open items", policy=Policy(server_mention_confidence=0.5, proceed_threshold=0.5))
-    assert r.tools[0].probability == pytest.approx(0.5) and r.decision == "proceed"
+def test_policy_has_no_server_mention_floor():
+    with pytest.raises(TypeError):
+        Policy(server_mention_confidence=0.5)
 
 
 NO_GITHUB = Eligibility.of(servers=["Elasticsearch", "Slack", "Weather"])
@@ -353,7 +352,6 @@ def test_floor_and_list_length(index, policy, expected):
     ({"min_results": 6, "max_results": 5}, "got 6 and 5"),
     ({"candidates": 0}, "candidates must be 1..1000, got 0"),
     ({"candidates": 1001}, "candidates must be 1..1000, got 1001"),
-    ({"server_mention_confidence": 1.2}, r"server_mention_confidence .* \[0, 1\], got 1.2"),
     ({"exact_name_confidence": -0.5}, r"exact_name_confidence .* \[0, 1\], got -0.5"),
     ({"suggestions": -1}, "suggestions must be 0 or more"),
 ])
@@ -535,7 +533,7 @@ def test_explanations_for_shortcut_sources(index):
     r = pipe.search("use github to list pull requests, weather check, and call get_alerts", explain=True)
     reasons = {t.source: t.explanation["reason"] for t in r.tools}
     assert set(reasons) >= {"always_available", "server_mention", "exact_name"}
-    assert "0.95" in reasons["server_mention"]
+    assert "restricted" in reasons["server_mention"] and "0.95" not in reasons["server_mention"]
     always = next(t for t in r.tools if t.source == "always_available").explanation
     assert always["fused_rank"] is None or isinstance(always["fused_rank"], int)
 
