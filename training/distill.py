@@ -279,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dev-questions", type=int, default=150)
     p.add_argument("--dev-depth", type=int, default=30, help="hybrid candidates scored per dev question while training")
     p.add_argument("--eval-minutes", type=float, default=10.0)
+    p.add_argument("--freeze-embeddings", action="store_true",
+                   help="keep the word embeddings fixed (faster steps; the tool vocabulary stays MiniLM's)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--resume", action="store_true", help="continue from OUT/state")
@@ -357,17 +359,26 @@ def main(argv: list[str] | None = None) -> int:
         epoch, k = divmod(step, steps_per_epoch)
         return [lists[i] for i in epoch_steps(epoch)[k]]
 
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    if a.freeze_embeddings:
+        model.base_model.embeddings.word_embeddings.weight.requires_grad_(False)
+    opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=a.lr, weight_decay=0.01)
     warmup = max(1, int(steps * a.warmup))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, max(0, s - warmup) / max(1, steps - warmup)))))
     progress = {"step": 0, "pairs": 0, "train_seconds": 0.0, "best": -1.0, "running": None}
+    budget = a.minutes * 60 if a.minutes else math.inf
+
+    def lr_factor(s: int) -> float:
+        # Warm-up over the first steps, then a cosine that ends with the steps or with the time
+        # budget, whichever comes first: a run bounded by minutes still anneals to zero.
+        done = max(max(0, s - warmup) / max(1, steps - warmup), progress["train_seconds"] / budget)
+        return min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     if a.resume:
         saved = torch.load(state_dir / "optimizer.pt", weights_only=False)
         opt.load_state_dict(saved["opt"])
         sched.load_state_dict(saved["sched"])
         torch.set_rng_state(saved["torch_rng"])
-        progress = json.loads((state_dir / "progress.json").read_text())
+        progress.update(json.loads((state_dir / "progress.json").read_text()))
         log.info("resumed at step %d (%d pairs, %.0f s of training)", progress["step"], progress["pairs"],
                  progress["train_seconds"])
     log.info("%d teacher lists (%d with a fit), %d steps of %d lists, deep negatives %d, dev %s",
@@ -398,7 +409,6 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint()
     model.train()
     bar = tqdm(range(progress["step"], steps), desc="distil", unit="step", disable=None, initial=progress["step"], total=steps)
-    budget = a.minutes * 60 if a.minutes else math.inf
     for step in bar:
         ts = time.time()
         batch = step_lists(step)

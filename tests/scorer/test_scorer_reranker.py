@@ -146,7 +146,7 @@ def test_two_label_output_rejected(make_model_dir):
 
 
 def test_per_token_output_rejected_at_load(make_model_dir):
-    with pytest.raises(ScorerLoadError, match=r"has shape \[2, \d+\] for a batch of 2; expected \[2, 1\] or \[2\]"):
+    with pytest.raises(ScorerLoadError, match=r"has shape \[1, \d+\] for a batch of 1; expected \[1, 1\] or \[1\]"):
         Scorer.load(make_model_dir("per_token"))
 
 
