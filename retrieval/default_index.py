@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,7 +22,10 @@ log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("TOOLRANK_CACHE") or Path.home() / ".cache" / "toolrank")
+    """``$TOOLRANK_CACHE`` or ``~/.cache/toolrank`` (:class:`retrieval.settings.RetrievalSettings`)."""
+    from .settings import RetrievalSettings
+
+    return RetrievalSettings().cache_dir()
 
 
 def default_index_path(with_examples: bool = True) -> Path:
