@@ -220,6 +220,11 @@ class ToolIndex:
     def tool(self, tool_id: ToolId) -> Tool | None:
         return self.catalog.get(tool_id)
 
+    def snapshot(self) -> tuple[int, Catalog]:
+        """The version and the catalog of one moment, read together (an update swaps both under the lock)."""
+        with self._lock:
+            return self.version, self.catalog
+
     # ------------------------------------------------------------------ persistence
 
     def manifest(self) -> dict:

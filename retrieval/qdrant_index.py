@@ -715,6 +715,11 @@ class QdrantToolIndex(ToolIndex):
     def tool(self, tool_id: ToolId) -> Tool | None:
         return self.catalog.get(tool_id)
 
+    def snapshot(self) -> tuple[int, Catalog]:
+        """The version and the catalog of one moment: one view holds both."""
+        view = self._view
+        return view.version, view.catalog
+
     # -------------------------------------------------------------------------- opening and building
 
     @classmethod
