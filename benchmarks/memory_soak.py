@@ -22,6 +22,9 @@ import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from retrieval.jsonl import read_jsonl  # noqa: E402
 
 
 def free_port() -> int:
@@ -47,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "--host", "127.0.0.1", "--port", str(port),
                              "--config", str(cfg)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ})
-    questions = [json.loads(l)["query"] for l in (ROOT / "training" / "data" / "questions.jsonl").read_text().splitlines()
-                 if '"split": "dev"' in l]
+    questions = [row["query"] for _, row in read_jsonl(ROOT / "training" / "data" / "questions.jsonl")
+                 if row.get("split") == "dev"]
     samples = []
     try:
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": "k-soak"}, timeout=60)

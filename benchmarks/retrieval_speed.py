@@ -83,7 +83,9 @@ def pct(values: Sequence[float], q: float) -> float:
 
 
 def dev_questions(n: int, seed: int) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from retrieval.jsonl import read_jsonl
+
+    rows = [row for _, row in read_jsonl(QUESTIONS)]
     dev = [r for r in rows if r.get("split") == "dev"] or rows
     random.Random(seed).shuffle(dev)
     return dev[:n]

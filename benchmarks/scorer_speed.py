@@ -38,13 +38,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from retrieval.catalog import Catalog, Tool, ToolId, load_default_catalog  # noqa: E402
+from retrieval.jsonl import read_jsonl  # noqa: E402
 from scorer import Scorer  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 
 
 def dev_questions(catalog: Catalog, n: int, seed: int) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [row for _, row in read_jsonl(QUESTIONS)]
     rows = [r for r in rows if r.get("split") == "dev" and ToolId(r["server"], r["tool"]) in catalog]
     random.Random(seed).shuffle(rows)
     return rows[:n] if n else rows

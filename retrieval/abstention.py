@@ -9,36 +9,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
 from .eligibility import Eligibility
 from .evaluate import Query
+from .stats import auroc, ece
 
 __all__ = ["auroc", "abstention_report", "coverage_risk", "format_abstention", "plot_coverage_risk",
            "NoFitRequest", "load_nofit", "nofit_report", "format_nofit"]
 
 log = logging.getLogger(__name__)
-
-
-def auroc(scores_pos: Iterable[float], scores_neg: Iterable[float]) -> float:
-    """P(a random positive scores above a random negative), ties counting half."""
-    pos, neg = np.asarray(list(scores_pos), float), np.asarray(list(scores_neg), float)
-    if not len(pos) or not len(neg):
-        return float("nan")
-    allv = np.concatenate([pos, neg])
-    order = allv.argsort(kind="mergesort")
-    ranks = np.empty(len(allv))
-    sorted_v = allv[order]
-    i = 0
-    while i < len(allv):  # average ranks over ties
-        j = i
-        while j + 1 < len(allv) and sorted_v[j + 1] == sorted_v[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        i = j + 1
-    return float((ranks[:len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 
 def coverage_risk(best: np.ndarray, correct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -141,19 +122,14 @@ class NoFitRequest:
 
 def load_nofit(path: str | Path, split: str | None = None) -> list[NoFitRequest]:
     """No-fit requests from JSONL (``id``, ``query``, ``kind``, ``split``, ``style``), one split or all."""
-    import json
-
-    from .jsonl import split_lines
+    from .jsonl import read_jsonl
 
     out = []
-    for n, line in enumerate(split_lines(Path(path).read_text(encoding="utf-8")), 1):
-        if not line.strip():
-            continue
+    for n, r in read_jsonl(path):
         try:
-            r = json.loads(line)
             req = NoFitRequest(str(r["id"]), str(r["query"]), str(r.get("kind", "")), str(r.get("split", "")),
                                str(r.get("style", "")))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise ValueError(f"{path}:{n}: not a no-fit request line ({exc})") from None
         if split is None or req.split == split:
             out.append(req)
@@ -206,15 +182,8 @@ def nofit_report(pipeline, queries: list[Query], nofit: list[NoFitRequest], *, s
     out["coverage"], out["risk"] = cov.tolist(), risk.tolist()
     # ECE of the best probability on the mixture: it claims "the best tool fits", true only where
     # the request is answerable and the first tool is a fitting one
-    out["ece_best"] = _ece(best, np.array([r["best_fits"] for r in rows], float))
+    out["ece_best"] = ece(best, np.array([r["best_fits"] for r in rows], float), n_bins=10)
     return out
-
-
-def _ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
-    edges = np.linspace(0, 1, bins + 1)
-    idx = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
-    return float(sum(abs(p[idx == b].mean() - y[idx == b].mean()) * (idx == b).mean()
-                     for b in range(bins) if (idx == b).any()))
 
 
 def format_nofit(rep: dict) -> str:

@@ -10,9 +10,8 @@ in one process), or the same as ``TOOLRANK_BACKEND``, ``TOOLRANK_QDRANT_URL``,
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 if TYPE_CHECKING:
     from .index import ToolIndex
@@ -49,15 +48,16 @@ class BackendConfig:
             self.qdrant()   # validates
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "BackendConfig":
-        """The ``TOOLRANK_*`` settings, with ``overrides`` (None values ignored) on top."""
-        env = os.environ if environ is None else environ
+    def from_env(cls, **overrides: Any) -> "BackendConfig":
+        """The ``TOOLRANK_*`` settings (:class:`retrieval.settings.RetrievalSettings`), with
+        ``overrides`` (None values ignored) on top."""
+        from .settings import RetrievalSettings
+
+        env = RetrievalSettings()
         values: dict[str, Any] = {
-            "backend": env.get("TOOLRANK_BACKEND") or "embedded",
-            "qdrant_url": env.get("TOOLRANK_QDRANT_URL") or None,
-            "qdrant_api_key": env.get("TOOLRANK_QDRANT_API_KEY") or None,
-            "qdrant_path": env.get("TOOLRANK_QDRANT_PATH") or None,
-            "collection": env.get("TOOLRANK_COLLECTION") or "toolrank",
+            "backend": env.backend, "qdrant_url": env.qdrant_url,
+            "qdrant_api_key": env.qdrant_api_key.get_secret_value() if env.qdrant_api_key else None,
+            "qdrant_path": env.qdrant_path, "collection": env.collection,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
 import unicodedata
@@ -37,8 +38,12 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 from .jsonl import read_jsonl
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "CatalogError",
+    "SkippedServer",
+    "read_catalog",
     "ToolId",
     "Tool",
     "Catalog",
@@ -63,6 +68,35 @@ DATA_DIR = Path(__file__).parent / "data" / "mcp_zero"
 
 class CatalogError(ValueError):
     """A catalog or examples file that cannot be loaded as it is."""
+
+
+class SkippedServer(NamedTuple):
+    """A server a lenient file load left out, and why (the :class:`CatalogError` message)."""
+
+    server: str
+    reason: str
+
+
+class _Problems:
+    """Per-server problems of one file load: raised at once (strict), or collected (lenient)."""
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.skipped: dict[str, str] = {}      # server -> first reason
+
+    def skip(self, server: str, exc: CatalogError) -> None:
+        if self.strict:
+            raise exc
+        self.skipped.setdefault(server, str(exc))
+
+    def report(self) -> list[SkippedServer]:
+        return [SkippedServer(s, r) for s, r in self.skipped.items()]
+
+
+def _file_name(value: Any) -> Any:
+    """A name read from a file, with surrounding spaces removed: harmless, and common in catalogs
+    written by others ("Morpheus Predictions "). The service's ``PUT`` keeps refusing them."""
+    return value.strip(" ") if isinstance(value, str) and value.strip(" ") else value
 
 
 # ---------------------------------------------------------------- content rules
@@ -387,106 +421,165 @@ def tools_from_mcp_list(server: str, server_description: str, payload: Any, wher
     return tools
 
 
-def _load_mcp_zero(path: Path, data: list) -> Catalog:
+def _load_mcp_zero(path: Path, data: list, problems: _Problems) -> Catalog:
     tools: list[Tool] = []
     descriptions: dict[str, str] = {}
     for i, srv in enumerate(data):
         at = f"{path}, servers[{i}]"
-        if not isinstance(srv, dict):
-            raise CatalogError(f"{at}: each server must be an object")
-        sname = _text(srv.get("name"), at, "name", required=True)
-        at = f"{path}, server '{sname}'"
-        sdesc = _text(srv.get("description"), at, "description", required=False)
-        if sname in descriptions:
-            raise CatalogError(f"{at}: duplicate server name")
+        sname = f"servers[{i}]"
+        try:
+            if not isinstance(srv, dict):
+                raise CatalogError(f"{at}: each server must be an object")
+            sname = _file_name(_text(srv.get("name"), at, "name", required=True))
+            at = f"{path}, server '{sname}'"
+            sdesc = _text(srv.get("description"), at, "description", required=False)
+            if sname in descriptions:
+                raise CatalogError(f"{at}: duplicate server name")
+            raw_tools = srv.get("tools")
+            if not isinstance(raw_tools, list):
+                raise CatalogError(f"{at}: field 'tools' must be a list")
+            own = []
+            for j, raw in enumerate(raw_tools):
+                tat = f"{at}, tools[{j}]"
+                if not isinstance(raw, dict):
+                    raise CatalogError(f"{tat}: each tool must be an object")
+                name = _file_name(_text(raw.get("name"), tat, "name", required=True))
+                tat = f"{at}, tool '{name}'"
+                desc = _text(raw.get("description"), tat, "description", required=False)
+                schema = raw.get("inputSchema") if isinstance(raw.get("inputSchema"), dict) else \
+                    _schema_from_parameters(raw.get("parameter"))
+                own.append(Tool(sname, name, desc, check_schema(schema, tat), sdesc))
+        except CatalogError as exc:
+            problems.skip(sname, exc)
+            continue
         descriptions[sname] = sdesc
-        raw_tools = srv.get("tools")
-        if not isinstance(raw_tools, list):
-            raise CatalogError(f"{at}: field 'tools' must be a list")
-        for j, raw in enumerate(raw_tools):
-            tat = f"{at}, tools[{j}]"
-            if not isinstance(raw, dict):
-                raise CatalogError(f"{tat}: each tool must be an object")
-            name = _text(raw.get("name"), tat, "name", required=True)
-            tat = f"{at}, tool '{name}'"
-            desc = _text(raw.get("description"), tat, "description", required=False)
-            schema = raw.get("inputSchema") if isinstance(raw.get("inputSchema"), dict) else \
-                _schema_from_parameters(raw.get("parameter"))
-            tools.append(Tool(sname, name, desc, check_schema(schema, tat), sdesc))
-    return _checked_catalog(path, tools, descriptions)
+        tools.extend(own)
+    return _checked_catalog(path, tools, descriptions, problems)
 
 
-def _load_wrapped(path: Path, items: list) -> Catalog:
+def _load_wrapped(path: Path, items: list, problems: _Problems) -> Catalog:
     tools: list[Tool] = []
     descriptions: dict[str, str] = {}
     for i, item in enumerate(items):
         at = f"{path}, entry {i}"
-        srv = item.get("server") if isinstance(item, dict) else None
-        if not isinstance(srv, dict):
-            raise CatalogError(f"{at}: expected {{'server': {{'name', 'description'}}, 'tools': [...]}}")
-        sname = _text(srv.get("name"), f"{at}, server", "name", required=True)
-        sdesc = _text(srv.get("description"), f"{at}, server '{sname}'", "description", required=False)
+        sname = f"entry {i}"
+        try:
+            srv = item.get("server") if isinstance(item, dict) else None
+            if not isinstance(srv, dict):
+                raise CatalogError(f"{at}: expected {{'server': {{'name', 'description'}}, 'tools': [...]}}")
+            sname = _file_name(_text(srv.get("name"), f"{at}, server", "name", required=True))
+            sdesc = _text(srv.get("description"), f"{at}, server '{sname}'", "description", required=False)
+            if isinstance(item.get("tools"), list):   # tool names as in the file, surrounding spaces removed
+                item = {**item, "tools": [{**raw, "name": _file_name(raw.get("name"))} if isinstance(raw, dict) else raw
+                                          for raw in item["tools"]]}
+            own = tools_from_mcp_list(sname, sdesc, item, str(path))
+        except CatalogError as exc:
+            problems.skip(sname, exc)
+            continue
         descriptions[sname] = sdesc
-        tools.extend(tools_from_mcp_list(sname, sdesc, item, str(path)))
-    return _checked_catalog(path, tools, descriptions)
+        tools.extend(own)
+    return _checked_catalog(path, tools, descriptions, problems)
 
 
-def _load_jsonl(path: Path) -> Catalog:
+def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
     tools: list[Tool] = []
     descriptions: dict[str, str] = {}
     for lineno, row in _read_jsonl(path):
         at = f"{path}, line {lineno}"
-        if not isinstance(row, dict):
-            raise CatalogError(f"{at}: each line must be a JSON object")
-        server = _text(row.get("server"), at, "server", required=True)
-        name = _text(row.get("name"), f"{at}, server '{server}'", "name", required=True)
-        tat = f"{at}, server '{server}', tool '{name}'"
-        desc = _text(row.get("description"), tat, "description", required=False)
-        sdesc = _text(row.get("server_description"), tat, "server_description", required=False)
-        schema = check_schema(row.get("inputSchema"), tat)
+        server = f"line {lineno}"
+        try:
+            if not isinstance(row, dict):
+                raise CatalogError(f"{at}: each line must be a JSON object")
+            server = _file_name(_text(row.get("server"), at, "server", required=True))
+            name = _file_name(_text(row.get("name"), f"{at}, server '{server}'", "name", required=True))
+            tat = f"{at}, server '{server}', tool '{name}'"
+            desc = _text(row.get("description"), tat, "description", required=False)
+            sdesc = _text(row.get("server_description"), tat, "server_description", required=False)
+            schema = check_schema(row.get("inputSchema"), tat)
+        except CatalogError as exc:
+            problems.skip(server, exc)
+            continue
         if sdesc:
             descriptions[server] = sdesc
         tools.append(Tool(server, name, desc, schema, sdesc or descriptions.get(server, "")))
-    return _checked_catalog(path, tools, descriptions)
+    return _checked_catalog(path, tools, descriptions, problems)
 
 
-def _checked_catalog(path: Path, tools: list[Tool], descriptions: dict[str, str]) -> Catalog:
-    """Names checked and NFC-normalised (see the module's content rules), pairs unique."""
+def _checked_catalog(path: Path, tools: list[Tool], descriptions: dict[str, str], problems: _Problems) -> Catalog:
+    """Names checked and NFC-normalised (see the module's content rules), pairs unique; a server
+    with a problem is refused (strict) or left out whole, with the reason (lenient)."""
     seen: set[ToolId] = set()
     named: dict[str, str] = {}
     out = []
     for t in tools:
-        server = named.get(t.server)
-        if server is None:
-            server = named[t.server] = check_name(t.server, f"{path}, server name {t.server!r}")
-        name = check_name(t.name, f"{path}, server '{server}', tool name")
-        if (server, name) != (t.server, t.name):
-            t = Tool(server, name, t.description, t.input_schema, t.server_description, t.examples)
-        if t.id in seen:
-            raise CatalogError(f"{path}, server '{t.server}', tool '{t.name}': duplicate (server, tool) pair")
+        if t.server in problems.skipped:
+            continue
+        try:
+            server = named.get(t.server)
+            if server is None:
+                server = named[t.server] = check_name(t.server, f"{path}, server name {t.server!r}")
+            name = check_name(t.name, f"{path}, server '{server}', tool name")
+            if (server, name) != (t.server, t.name):
+                t = Tool(server, name, t.description, t.input_schema, t.server_description, t.examples)
+            if t.id in seen:
+                raise CatalogError(f"{path}, server '{t.server}', tool '{t.name}': duplicate (server, tool) pair")
+        except CatalogError as exc:
+            problems.skip(t.server, exc)
+            continue
         seen.add(t.id)
         out.append(t)
-    descriptions = {named.get(k, unicodedata.normalize("NFC", k)): v for k, v in descriptions.items()}
-    return Catalog(out, descriptions)
+    bad = {named.get(s, s) for s in problems.skipped}
+    out = [t for t in out if t.server not in bad]
+    descriptions = {named.get(k, unicodedata.normalize("NFC", k)): v for k, v in descriptions.items()
+                    if k not in problems.skipped}
+    return Catalog(out, {k: v for k, v in descriptions.items() if k not in bad})
 
 
 def load_catalog(path: str | Path) -> Catalog:
-    """Load a catalog file in any supported format (see module docstring).
+    """Load a catalog file in any supported format (see module docstring), all or nothing.
+
+    Surrounding spaces of server and tool names are removed (harmless); anything else wrong
+    refuses the file. :func:`read_catalog` loads the servers that are fine instead.
 
     Raises:
         CatalogError: the file is missing, not valid JSON, or a record is malformed.
     """
+    return _load(Path(path), _Problems(strict=True))
+
+
+def read_catalog(path: str | Path) -> tuple[Catalog, list[SkippedServer]]:
+    """Load the servers of a catalog file that are fine, and say which were left out and why.
+
+    For files written by others: one bad server (a malformed tool, a name with an invisible
+    character, a duplicate) leaves that server out, with a warning naming it and the reason,
+    instead of refusing thousands of good ones. Surrounding spaces of names are removed.
+
+    Raises:
+        CatalogError: the file itself cannot be read (missing, not UTF-8, not JSON, unknown format),
+            or no server at all could be loaded.
+    """
     path = Path(path)
+    problems = _Problems(strict=False)
+    catalog = _load(path, problems)
+    skipped = problems.report()
+    for s in skipped:
+        log.warning("%s: server %r left out: %s", path, s.server, s.reason)
+    if skipped and not len(catalog):
+        raise CatalogError(f"{path}: no server could be loaded; the first problem: {skipped[0].reason}")
+    return catalog, skipped
+
+
+def _load(path: Path, problems: _Problems) -> Catalog:
     if path.suffix == ".jsonl":
-        return _load_jsonl(path)
+        return _load_jsonl(path, problems)
     data = _read_json(path)
     if isinstance(data, dict) and "server" in data:
-        return _load_wrapped(path, [data])
+        return _load_wrapped(path, [data], problems)
     if isinstance(data, list) and data and isinstance(data[0], dict) and "server" in data[0] \
             and isinstance(data[0]["server"], dict):
-        return _load_wrapped(path, data)
+        return _load_wrapped(path, data, problems)
     if isinstance(data, list):
-        return _load_mcp_zero(path, data)
+        return _load_mcp_zero(path, data, problems)
     if isinstance(data, dict) and "tools" in data:
         raise CatalogError(
             f"{path}: a bare tools/list result has no server name; wrap it as "

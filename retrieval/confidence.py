@@ -39,6 +39,7 @@ from typing import Collection, Sequence
 import numpy as np
 
 from .hits import Hit
+from .stats import sigmoid
 
 __all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration", "candidate_features", "combiner_file",
            "default_confidence_path"]
@@ -170,7 +171,7 @@ class ConfidenceModel:
 
     def probabilities_from_features(self, feats: dict[str, np.ndarray]) -> np.ndarray:
         z = self.decision_values(feats)
-        return np.exp(-np.logaddexp(0.0, -z))  # stable sigmoid
+        return sigmoid(z)
 
     def to_dict(self) -> dict:
         d = {"features": list(self.features), "weights": list(self.weights), "bias": self.bias,

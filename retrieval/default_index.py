@@ -8,8 +8,8 @@ encoder release rebuilds it.
 from __future__ import annotations
 
 import hashlib
+from importlib import metadata
 import logging
-import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,16 +23,40 @@ log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("TOOLRANK_CACHE") or Path.home() / ".cache" / "toolrank")
+    """``$TOOLRANK_CACHE`` or ``~/.cache/toolrank`` (:class:`retrieval.settings.RetrievalSettings`)."""
+    from .settings import RetrievalSettings
+
+    return RetrievalSettings().cache_dir()
+
+
+def _cache_key_inputs() -> tuple[list[Path], list[str]]:
+    """What the default index is made from: files (read whole) and library versions.
+
+    The encoder's weights, tokenizer and config: a new encoder (or another vocabulary or
+    length) must not meet vectors of the old one. bm25.py and the bm25s / PyStemmer versions:
+    what a saved BM25 index holds and how text is tokenised and stemmed follow them.
+    """
+    encoder = default_encoder_path()
+    files = [default_catalog_path(), default_examples_path(), Path(__file__).with_name("text.py"),
+             Path(__file__).with_name("bm25.py"), encoder / "model.onnx", encoder / "tokenizer.json",
+             encoder / "config.json"]
+    libraries = [f"{name}=={_library_version(name)}" for name in ("bm25s", "PyStemmer")]
+    return files, libraries
+
+
+def _library_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
 
 
 def default_index_path(with_examples: bool = True) -> Path:
     h = hashlib.sha256()
-    # the encoder's weights too: a new encoder must not meet vectors of the old one
-    # bm25.py too: what a saved BM25 index holds (term frequencies for tenant statistics) follows it
-    for p in (default_catalog_path(), default_examples_path(), Path(__file__).with_name("text.py"),
-              Path(__file__).with_name("bm25.py"), default_encoder_path() / "model.onnx"):
+    files, libraries = _cache_key_inputs()
+    for p in files:
         h.update(p.read_bytes())
+    h.update("\n".join(libraries).encode())
     return cache_dir() / f"mcp-zero-{'ex' if with_examples else 'noex'}-{h.hexdigest()[:12]}"
 
 

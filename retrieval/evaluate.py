@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from .catalog import CatalogError, ToolId
 from .eligibility import Eligibility
 from .hits import Hit
 from .index import ToolIndex
-from .jsonl import split_lines
+from .jsonl import read_jsonl
 from .paired import paired_top1
 
 __all__ = ["Query", "load_queries", "evaluate", "format_report", "STAGES", "draw_organisation"]
@@ -51,13 +50,13 @@ def load_queries(path: str | Path, split: str | None = None) -> list[Query]:
     if not path.exists():
         raise CatalogError(f"{path}: queries file not found")
     out = []
-    for lineno, line in enumerate(split_lines(path.read_text(encoding="utf-8")), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CatalogError(f"{path}, line {lineno}: invalid JSON: {exc.msg}") from None
+    try:
+        rows = read_jsonl(path)
+    except ValueError as exc:  # names the file and the line
+        raise CatalogError(str(exc)) from None
+    for lineno, row in rows:
+        if not isinstance(row, dict):
+            raise CatalogError(f"{path}, line {lineno}: not a JSON object")
         missing = [k for k in ("query", "server", "tool") if not isinstance(row.get(k), str)]
         if missing:
             raise CatalogError(f"{path}, line {lineno}: missing or non-string field(s) {', '.join(missing)}")

@@ -21,7 +21,8 @@ import numpy as np
 
 from .bm25 import BM25Index
 from .catalog import Catalog, CatalogError, Tool, ToolId
-from .jsonl import dumps_line, split_lines
+from .jsonl import dumps_line, read_jsonl
+from .version import package_version
 from .dense import DenseIndex
 from .eligibility import Eligibility
 from .encoder import Encoder, OnnxEncoder
@@ -42,14 +43,6 @@ class IndexLoadError(ValueError):
 
 class IndexSaveError(ValueError):
     """A save target that must not be replaced (an existing file or a folder that is not an index)."""
-
-
-def _package_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("toolrank")
-    except Exception:  # not installed: running from a checkout
-        return "0.1.0+local"
 
 
 def server_tools(name: str, description: str, tools: Iterable[Tool]) -> list[Tool]:
@@ -227,12 +220,17 @@ class ToolIndex:
     def tool(self, tool_id: ToolId) -> Tool | None:
         return self.catalog.get(tool_id)
 
+    def snapshot(self) -> tuple[int, Catalog]:
+        """The version and the catalog of one moment, read together (an update swaps both under the lock)."""
+        with self._lock:
+            return self.version, self.catalog
+
     # ------------------------------------------------------------------ persistence
 
     def manifest(self) -> dict:
         return {
             "format_version": FORMAT_VERSION,
-            "package_version": _package_version(),
+            "package_version": package_version(),
             "embedding_model": getattr(self.encoder, "name", type(self.encoder).__name__),
             "embedding_dim": int(getattr(self.encoder, "dim", 0)),
             "with_examples": self.with_examples,
@@ -307,8 +305,7 @@ class ToolIndex:
         if missing:
             raise IndexLoadError(f"{directory}: incomplete index, missing {', '.join(missing)}; rebuild it")
         try:
-            tools = [Tool.from_dict(json.loads(line))
-                     for line in split_lines((directory / "tools.jsonl").read_text(encoding="utf-8")) if line]
+            tools = [Tool.from_dict(row) for _, row in read_jsonl(directory / "tools.jsonl")]
             catalog = Catalog(tools, json.loads((directory / "servers.json").read_text(encoding="utf-8")))
         except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and CatalogError are ValueErrors
             raise IndexLoadError(f"{directory}: corrupt tool table ({type(exc).__name__}: {exc}); rebuild it") from None

@@ -11,22 +11,11 @@ seen for what it is (p close to 1), and a real difference for what it is too.
 from __future__ import annotations
 
 from collections import defaultdict
-from math import comb
 from typing import Sequence
 
+from .stats import mcnemar_exact
+
 __all__ = ["mcnemar_exact", "paired_top1"]
-
-
-def mcnemar_exact(wins: int, losses: int) -> float:
-    """Two-sided exact McNemar p-value: P(a split at least this uneven | no difference)."""
-    if wins < 0 or losses < 0:
-        raise ValueError(f"wins and losses must be counts, got {wins} and {losses}")
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    k = min(wins, losses)
-    tail = sum(comb(n, i) for i in range(k + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 
 def _cell(a: Sequence[bool], b: Sequence[bool]) -> dict:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .always_available import AlwaysAvailable
 from .bm25 import tokenize
-from .catalog import Tool, ToolId
+from .catalog import Catalog, Tool, ToolId
 from .confidence import ConfidenceModel, combiner_file, default_confidence_path
 from .definitions import build_definitions
 from .eligibility import Eligibility
@@ -189,13 +189,14 @@ class Pipeline:
         return self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True))
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
-                       named: Sequence[str], mentioned: Sequence[str]) -> np.ndarray:
+                       named: Sequence[str], mentioned: Sequence[str], catalog: Catalog | None = None) -> np.ndarray:
         if not hits:
             return np.zeros(0)
         logits = None
         if self.confidence.uses_logit:
             n = len(hits) if score_top is None else min(score_top, len(hits))
-            tools = [self.index.catalog[h.tool_id] for h in hits[:n]]
+            catalog = catalog if catalog is not None else self.index.catalog
+            tools = [catalog[h.tool_id] for h in hits[:n]]
             scored = np.asarray(self.scorer.logits(request, need, tools), dtype=np.float64)
             logits = np.full(len(hits), scored.min() if len(scored) else 0.0)
             logits[:n] = scored
@@ -257,7 +258,9 @@ class Pipeline:
         attempt = 1 if previous is None else min(int(getattr(previous, "attempt", 1)) + 1, 2)
         max_results = k or policy.max_results
         mentions, exact_names, registry_names = self._matchers(eligible)
-        catalog = self.index.catalog
+        # One snapshot of the catalog for the whole request: a concurrent upsert replaces the
+        # index's catalog, and reading it again later could miss a tool this request holds.
+        version, catalog = self.index.snapshot()
 
         # Shortcuts. Each matches the eligible catalog only: an ineligible server or tool
         # behaves exactly like one that does not exist.
@@ -266,7 +269,8 @@ class Pipeline:
         search_eligible = eligible.narrowed_to(mentioned) if mentioned else eligible
         exact = [t for t in exact_names.find(request, eligible) if t in catalog]
 
-        hits = self.index.retrieve(request, need, search_eligible, k=policy.candidates)
+        # retrieval may already see a newer version: keep only the tools this snapshot has
+        hits = [h for h in self.index.retrieve(request, need, search_eligible, k=policy.candidates) if h.tool_id in catalog]
         row_of = {h.tool_id: i for i, h in enumerate(hits)}
         for tid in exact:  # a tool named exactly is always scored, even if retrieval missed it
             if tid not in row_of:
@@ -274,7 +278,7 @@ class Pipeline:
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
         named = registry_names.find(request)
         casual = registry_names.find(request, loose=True)   # "send a slack msg": evidence, not a restriction
-        probs = self._probabilities(request, need, hits, policy.score_top, named, casual)
+        probs = self._probabilities(request, need, hits, policy.score_top, named, casual, catalog)
         # Named but not connected: only public registry servers can be here.
         absent = [s for s in named if not eligible.allows_server(s)]
 
@@ -332,7 +336,7 @@ class Pipeline:
         suggestions = self._suggest(request, need, eligible, policy, absent) if decision == "no_fit" else []
         result = SearchResult(
             decision=decision, tools=tools_out, best_probability=float(best), attempt=attempt,
-            tokens=self._token_report(selected_tools, eligible, fmt),
+            tokens=self._token_report(selected_tools, eligible, fmt, version, catalog),
             message=self._message(decision, best, policy, mentioned, suggestions, absent),
             suggestions=suggestions, restricted_to=mentioned,
         )
@@ -341,11 +345,14 @@ class Pipeline:
 
     # ------------------------------------------------------------------ helpers
 
-    def _token_report(self, selected: list[Tool], eligible: Eligibility, fmt: str) -> TokenReport:
-        key = (eligible.servers, eligible.tools, fmt)
+    def _token_report(self, selected: list[Tool], eligible: Eligibility, fmt: str, version: int,
+                      catalog: Catalog) -> TokenReport:
+        # The version is in the key: a request that read an older catalog and finishes after an
+        # update must not leave its total behind for the new version.
+        key = (version, eligible.servers, eligible.tools, fmt)
         total = self._catalog_tokens.get(key)  # read once: a concurrent refresh may clear the cache
         if total is None:
-            pool = [t for t in self.index.catalog.tools if eligible.allows(t.id)]
+            pool = [t for t in catalog.tools if eligible.allows(t.id)]
             total = self.tokens.total(pool, fmt)
             with self._lock:
                 self._catalog_tokens[key] = total
@@ -436,7 +443,12 @@ def load_pipeline(index_dir: str | Path | ToolIndex | None = None,
         index = public if public is not None else public_index()
     scorer = None
     if model_dir is not False:
-        from scorer import Scorer, default_model_path
+        try:
+            from scorer import Scorer, default_model_path
+        except ImportError as exc:  # never a silent fall-back to retrieval-only confidence
+            raise ImportError(f"the scorer cannot be imported ({exc}); install toolrank's dependencies "
+                              "(pip install -r requirements.lock), or pass model_dir=False (--no-model) "
+                              "for retrieval-only confidence") from exc
         path = Path(model_dir) if model_dir else default_model_path()
         if model_dir or (path / "model.onnx").exists():
             scorer = Scorer.load(path, threads=threads)

@@ -60,7 +60,8 @@ from .eligibility import Eligibility
 from .encoder import Encoder, OnnxEncoder
 from .fusion import FusionConfig, reciprocal_rank_fusion
 from .hits import Hit
-from .index import IndexLoadError, IndexSaveError, Stage, ToolIndex, _package_version, server_tools
+from .index import IndexLoadError, IndexSaveError, Stage, ToolIndex, server_tools
+from .version import package_version
 from .text import tool_document, tool_passages
 
 try:
@@ -714,6 +715,11 @@ class QdrantToolIndex(ToolIndex):
     def tool(self, tool_id: ToolId) -> Tool | None:
         return self.catalog.get(tool_id)
 
+    def snapshot(self) -> tuple[int, Catalog]:
+        """The version and the catalog of one moment: one view holds both."""
+        view = self._view
+        return view.version, view.catalog
+
     # -------------------------------------------------------------------------- opening and building
 
     @classmethod
@@ -794,7 +800,7 @@ class QdrantToolIndex(ToolIndex):
             docs = tokenize([tool_document(t, with_examples=with_examples) for t in catalog.tools])
             avgdl = float(np.mean([len(d) for d in docs])) if docs else 1.0
             head = {"kind": "head", "version": first, "oldest": first, "format_version": FORMAT_VERSION,
-                    "package_version": _package_version(),
+                    "package_version": package_version(),
                     "embedding_model": getattr(encoder, "name", type(encoder).__name__),
                     "embedding_dim": int(getattr(encoder, "dim", 0)), "with_examples": with_examples,
                     "fusion": asdict(fusion), "k1": k1, "b": b, "avgdl": max(avgdl, 1e-9), "idf": idf,
@@ -1096,7 +1102,7 @@ class QdrantToolIndex(ToolIndex):
         cfg = self.collection.config
         return {
             "backend": "qdrant", "where": cfg.where, "format_version": self._head.get("format_version"),
-            "package_version": _package_version(), "embedding_model": self._head.get("embedding_model"),
+            "package_version": package_version(), "embedding_model": self._head.get("embedding_model"),
             "embedding_dim": self._head.get("embedding_dim"), "with_examples": self.with_examples,
             "fusion": asdict(self.fusion), "version": self.version, "owner": self.owner, "idf": self.idf,
             "k1": self.k1, "b": self.b, "avgdl": self.avgdl, "created": self._head.get("created"),

@@ -22,10 +22,17 @@ tells "rename" from "create" when descriptions are thin.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Sequence
 
-if TYPE_CHECKING:  # keep scorer importable without retrieval
-    from retrieval.catalog import Tool
+
+class Tool(Protocol):
+    """What a record reads of a tool (:class:`retrieval.catalog.Tool` has it); scorer imports nothing from above."""
+
+    server: str
+    name: str
+    description: str
+    examples: Sequence[str]
+    input_schema: dict[str, Any] | None
 
 __all__ = ["RECORD_FORMAT_VERSION", "ELLIPSIS", "REQUEST_CUTS", "RequestFitter", "format_record", "record_text",
            "truncate_at_word"]

@@ -38,7 +38,7 @@ from scorer.locations import RERANKER, models_root
 from scorer.record import RECORD_FORMAT_VERSION, REQUEST_CUTS, RequestFitter, format_record
 
 if TYPE_CHECKING:
-    from retrieval.catalog import Tool
+    from scorer.record import Tool
 
 __all__ = [
     "ScorerLoadError",

@@ -392,13 +392,11 @@ def test_bad_configuration_is_one_clear_line():
         QdrantConfig(path=":memory:", idf="bm25")
     with pytest.raises(ValueError, match="shards=0"):
         QdrantConfig(path=":memory:", shards=0)
-    started = time.perf_counter()
     with pytest.raises(QdrantUnavailable) as info:
         QdrantCollection.connect(QdrantConfig(url="http://127.0.0.1:9", timeout_s=2))
     message = str(info.value)
     assert "cannot reach Qdrant at http://127.0.0.1:9" in message and "\n" not in message
     assert "docker run -p 6333:6333 qdrant/qdrant" in message
-    assert time.perf_counter() - started < 10
 
 
 def test_a_local_folder_is_held_by_one_process_at_a_time(tmp_path):

@@ -1,0 +1,62 @@
+"""The statistics of evaluation, one of each: AUROC, the exact McNemar test, ECE, the sigmoid.
+
+AUROC is :func:`sklearn.metrics.roc_auc_score` and the exact McNemar p-value is
+:func:`scipy.stats.binomtest`; both libraries are imported on first use, so the query path
+(``Pipeline.search``, the service) never loads them. ECE and the numerically stable sigmoid
+are :mod:`scorer.calibration`'s, the lowest layer, which the scorer and training use too.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from scorer.calibration import expected_calibration_error, sigmoid
+
+__all__ = ["auroc", "ece", "mcnemar_exact", "sigmoid"]
+
+
+def _missing(package: str) -> ImportError:
+    return ImportError(f"evaluation statistics need {package}, a dependency of toolrank that is missing here: "
+                       f"pip install '{package}' (or install from an up-to-date requirements.lock)")
+
+
+def auroc(scores_pos: Iterable[float], scores_neg: Iterable[float]) -> float:
+    """P(a random positive scores above a random negative), ties counting half; NaN when a side is empty."""
+    pos, neg = np.asarray(list(scores_pos), float), np.asarray(list(scores_neg), float)
+    if not len(pos) or not len(neg):
+        return float("nan")
+    try:
+        from sklearn.metrics import roc_auc_score
+    except ImportError as exc:
+        raise _missing("scikit-learn") from exc
+
+    labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    return float(roc_auc_score(labels, np.concatenate([pos, neg])))
+
+
+def mcnemar_exact(wins: int, losses: int) -> float:
+    """Two-sided exact McNemar p-value: P(a split at least this uneven | no difference).
+
+    The binomial test of ``wins`` among the ``wins + losses`` disagreements at 1/2.
+
+    Raises:
+        ValueError: a negative count.
+    """
+    if wins < 0 or losses < 0:
+        raise ValueError(f"wins and losses must be counts, got {wins} and {losses}")
+    if wins + losses == 0:
+        return 1.0
+    try:
+        from scipy.stats import binomtest
+    except ImportError as exc:
+        raise _missing("scipy") from exc
+
+    return float(min(1.0, binomtest(wins, wins + losses, 0.5, alternative="two-sided").pvalue))
+
+
+def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 10) -> float:
+    """Expected calibration error over ``n_bins`` equal-width bins (:func:`scorer.calibration.expected_calibration_error`)."""
+    return expected_calibration_error(probs, labels, n_bins=n_bins)

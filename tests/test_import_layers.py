@@ -1,0 +1,68 @@
+"""The import layers: scorer below retrieval below serve and training (import-linter, pyproject.toml),
+and no module reached by an import string except through the CLI's one dispatch table."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("scorer", "retrieval", "serve", "training")
+# The only places allowed to import a module named by a string:
+ALLOWED = {
+    "retrieval/cli.py": "the dispatch table FORWARDED (toolrank train / serve / mcp ...)",
+    "serve/mcp_server.py": "--components MODULE:FUNC, a user-named factory (like uvicorn's --app)",
+}
+
+
+def test_the_layers_hold():
+    pytest.importorskip("importlinter", reason="import-linter is in the test extra; regenerate the lock (.ci/lock)")
+    from importlinter.cli import lint_imports
+
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
+
+
+def _string_imports(path: Path) -> list[int]:
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in ("import_module", "__import__", "spec_from_file_location"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_hidden_arrows_outside_the_dispatch_table():
+    found = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel not in ALLOWED and (lines := _string_imports(path)):
+                found[rel] = lines
+    assert not found, f"modules imported by a string outside the CLI's dispatch table: {found}"
+
+
+def test_the_dispatch_table_names_modules_that_exist_with_a_main():
+    import importlib.util
+
+    from retrieval.cli import FORWARDED
+
+    for command, (module, _) in FORWARDED.items():
+        assert module.split(".")[0] in ("serve", "training"), command
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, f"toolrank {command}: no module {module}"
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), f"{module} has no main()"
+
+
+def test_scorer_reads_tools_through_its_own_protocol():
+    from retrieval.catalog import Tool as CatalogTool
+    from scorer.record import Tool, format_record
+
+    tool = CatalogTool("S", "t", "does a thing", {"type": "object", "properties": {"x": {}}}, "", ("an example",))
+    for attr in Tool.__annotations__:
+        assert hasattr(tool, attr), attr
+    assert format_record("do it", None, tool, examples=1, parameters=1)
