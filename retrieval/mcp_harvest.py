@@ -358,6 +358,7 @@ def _parse_server(path: Path, name: str, entry: Any, warnings: list[str]) -> Ser
     at = f"{path}, server '{name}'"
     if not isinstance(entry, dict):
         raise McpConfigError(f"{at}: each server must be an object with 'command' (stdio) or 'url' (HTTP)")
+    raw_keys = list(entry)
     entry = _normalize(entry, at, warnings)
     disabled = entry.get("disabled", False)
     if not isinstance(disabled, bool):
@@ -372,8 +373,9 @@ def _parse_server(path: Path, name: str, entry: Any, warnings: list[str]) -> Ser
         return ("uses the deprecated SSE transport, which toolrank does not support; give the server's "
                 "streamable HTTP endpoint as 'url' (often ending in /mcp)")
     if has_command == has_url:
+        keys = f" (it has {', '.join(map(repr, raw_keys))})" if not has_command and raw_keys else ""
         raise McpConfigError(f"{at}: give either 'command' (a stdio server) or 'url' (a streamable HTTP "
-                             f"server){', not both' if has_command else ''}")
+                             f"server){', not both' if has_command else ''}{keys}")
     if kind is not None and kind != ("stdio" if has_command else "http"):
         raise McpConfigError(f"{at}: 'type' is {kind!r} but the entry has "
                              f"{'a command' if has_command else 'a url'}")

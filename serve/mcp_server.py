@@ -193,6 +193,10 @@ def bound_schema(schema: dict[str, Any], limit: int = MAX_SCHEMA_CHARS) -> tuple
     top = _top_level(schema)
     if _size(top) <= limit:
         return top, f"only the top-level properties and their types (the whole schema has {n} characters)"
+    required = {k: v for k, v in top["properties"].items() if k in (top.get("required") or [])}
+    if required and _size({**top, "properties": required}) <= limit:
+        return ({**top, "properties": required},
+                f"only the required properties and their types (the whole schema has {n} characters)")
     return {"type": "object"}, f"left out (the whole schema has {n} characters)"
 
 
