@@ -130,7 +130,11 @@ def redact_url(url: str) -> str:
 
 def redact(text: str) -> str:
     """Every URL in ``text`` with its credentials redacted (see :func:`redact_url`)."""
-    return _URL.sub(lambda m: redact_url(m.group(0)), text) if "://" in text else text
+    def one(m: re.Match) -> str:
+        url = m.group(0)
+        core = url.rstrip(".,;:)]}!?")
+        return redact_url(core) + url[len(core):]
+    return _URL.sub(one, text) if "://" in text else text
 
 
 class RedactingFilter(logging.Filter):
