@@ -635,6 +635,10 @@ class StrayLines:
                 message = None
         if isinstance(message, dict) and "id" in message and ("result" in message or "error" in message):
             await self._answer(message, exc)
+        elif isinstance(raw, str) and '"jsonrpc"' in raw:      # a cut-off answer: fail its request now
+            found = re.search(r'"id"\s*:\s*(-?\d+)', raw)
+            if found:
+                await self._answer({"id": int(found.group(1)), "error": None}, exc)
         return True
 
     async def _answer(self, message: dict[str, Any], exc: Exception) -> None:
