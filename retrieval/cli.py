@@ -131,16 +131,19 @@ def _index_qdrant(a: argparse.Namespace, backend) -> int:
 def _index_mcp(a: argparse.Namespace) -> int:
     """`toolrank index --mcp-config FILE`: 0 when every server was indexed, 1 when some failed
     (the others are indexed), 2 when none could be."""
-    from .mcp_harvest import index_mcp_config
+    from .mcp_harvest import index_mcp_config, install_log_redaction, redact
 
     if a.out is not None or a.examples or a.no_examples:
         raise ValueError("with --mcp-config, give the index folder as --index DIR (--out, --examples and "
                          "--no-examples are for --catalog)")
     if a.timeout <= 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {a.timeout:g}")
+    install_log_redaction()
     report = index_mcp_config(a.mcp_config, a.index, timeout_s=a.timeout)
-    print(report.format())
-    args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + (["--index", str(report.path)] if a.index else [])
+    print(redact(report.format()))
+    # Absolute paths: the client starts toolrank from a folder of its own choosing.
+    args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + \
+        (["--index", str(Path(report.path).resolve())] if a.index else [])
     import shutil   # the full path: clients (Claude Desktop, ...) start servers without this shell's PATH
     command = shutil.which("toolrank") or "toolrank"
     print("next: add toolrank to your MCP client's configuration:\n"

@@ -26,9 +26,9 @@ import anyio
 
 from retrieval.catalog import ToolId
 from retrieval.eligibility import Eligibility
-from retrieval.mcp_harvest import (DEFAULT_TIMEOUT_S, McpConfig, ServerHarvest, ServerSpec, apply_harvest,
-                                   describe_error, list_all_tools, open_session, server_description,
-                                   tools_from_listing)
+from retrieval.mcp_harvest import (DEFAULT_TIMEOUT_S, STRAY_ANSWER, McpConfig, ServerHarvest, ServerSpec,
+                                   apply_harvest, describe_error, list_all_tools, open_session, redact,
+                                   server_description, tools_from_listing)
 
 if TYPE_CHECKING:
     from mcp import ClientSession, types
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CALL_TIMEOUT_S = 120.0
 _SHUTDOWN_GRACE_S = 3.0
+SETTLE_S = 0.5          # a burst of tools/list_changed is harvested once, after this long without another
+_MAX_SETTLE_WAITS = 10  # ... or after this many waits, if the notices never stop
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,16 @@ class Backend:
         self.name = spec.name
         self.timeout_s = spec.timeout_s or timeout_s
         self.error: str | None = None           # why the last start failed (None once running)
+        self.list_error: str | None = None      # why the last tools/list failed (None once listed)
+        self.listed = False                     # its first listing is over (whatever the outcome)
+        self.problems: tuple[str, ...] = ()     # tools left out of its last listing as malformed
+        self.changes = 0                        # tools/list_changed notices received
+        self.reharvests = 0
         self.starts = 0
         self._conn: _Connection | None = None
         self._lock = anyio.Lock()
         self._on_tools_changed = on_tools_changed
         self.refreshing = False
-        self.refresh_again = False
 
     @property
     def session(self) -> "ClientSession | None":
@@ -210,11 +216,12 @@ class Backend:
 
             if isinstance(message, types.ServerNotification) and \
                     isinstance(message.root, types.ToolListChangedNotification):
-                log.info("server %r: tools changed; harvesting again", self.name)
+                log.debug("server %r: tools changed", self.name)
                 self._on_tools_changed(self)
             elif isinstance(message, Exception):
-                # Something arrived that is not MCP, or the transport failed: the answers to
-                # pending requests may never come. Close the connection so they fail now.
+                # The transport failed (a stray stdout line never gets here: open_session logs
+                # and skips it): the answers to pending requests may never come. Close the
+                # connection so they fail now.
                 reason = describe_error(message, self.spec, self.timeout_s)
                 log.warning("server %r: transport error, closing the connection: %s", self.name, reason)
                 self.drop(conn, reason)
@@ -273,7 +280,8 @@ class Gateway:
         self.policy: "Policy | None" = None
         self.harvests = 0                       # completed harvests (first + every re-harvest)
         self._lock = threading.Lock()           # searches vs index updates (both run in threads)
-        self._ready = anyio.Event()
+        self._ready = anyio.Event()             # searches may start (saved index loaded, or first harvest done)
+        self._harvested = anyio.Event()         # the first harvest is over
         self._holders: anyio.abc.TaskGroup | None = None
         self._work: anyio.abc.TaskGroup | None = None
 
@@ -307,6 +315,10 @@ class Gateway:
 
     async def _start(self) -> None:
         try:
+            if self.index is not None:
+                # A saved index: answer from it at once; servers still starting are marked as such.
+                await anyio.to_thread.run_sync(self._make_pipeline)
+                self._ready.set()
             harvests: list[ServerHarvest] = []
             if self.backends:
                 async with anyio.create_task_group() as tg:
@@ -321,10 +333,14 @@ class Gateway:
         except Exception:  # noqa: BLE001 - searches then answer with what there is
             log.exception("the first harvest failed")
         finally:
+            for b in self.backends.values():
+                b.listed = True
             self._ready.set()
+            self._harvested.set()
 
     async def _first_harvest(self, b: Backend, out: list[ServerHarvest]) -> None:
         out.append(await self._list(b))
+        b.listed = True
 
     async def _list(self, b: Backend) -> ServerHarvest:
         """One server's tools over its live session (started if needed); never raises."""
@@ -337,18 +353,22 @@ class Gateway:
             with anyio.fail_after(b.timeout_s):
                 listed = await b.within(conn, lambda: list_all_tools(conn.session))
             description = server_description(b.spec, conn.init)
-            tools = tools_from_listing(b.name, description, listed, str(self.config.path))
+            tools, problems = tools_from_listing(b.name, description, listed, str(self.config.path))
         except ConnectionLost as exc:
             b.drop(conn)
-            return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0,
-                                 f"the connection ended while listing its tools ({exc})")
+            b.list_error = f"the connection ended while listing its tools ({exc})"
+            return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0, b.list_error)
         except Exception as exc:  # noqa: BLE001 - reported per server
             reason = describe_error(exc, b.spec, b.timeout_s)
             log.warning("server %r: %s", b.name, reason)
             if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError)):
                 b.drop(conn, reason)
-            return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0, reason)
-        return ServerHarvest(b.name, tools, description, anyio.current_time() - t0)
+            b.list_error = f"listing its tools failed: {reason}"
+            return ServerHarvest(b.name, None, b.spec.description, anyio.current_time() - t0, b.list_error)
+        b.list_error, b.problems = None, tuple(problems)
+        for problem in problems:
+            log.warning("server %r: left out %s", b.name, problem)
+        return ServerHarvest(b.name, tools, description, anyio.current_time() - t0, problems=tuple(problems))
 
     def _make_pipeline(self) -> None:
         with self._lock:
@@ -376,23 +396,31 @@ class Gateway:
                     log.warning("could not save the index to %s: %s (the update is kept in memory)", self.index_dir, exc)
 
     def _tools_changed(self, b: Backend) -> None:
-        if self._work is not None:
+        b.changes += 1
+        if self._work is not None and not b.refreshing:
+            b.refreshing = True
             self._work.start_soon(self._reharvest, b)
 
     async def _reharvest(self, b: Backend) -> None:
-        """Harvest one server again after it said its tools changed (coalesces bursts)."""
-        await self._ready.wait()
-        if b.refreshing:
-            b.refresh_again = True
-            return
-        b.refreshing = True
+        """Harvest one server again after it said its tools changed. A burst of notices is one
+        harvest: it starts once none has come for ``SETTLE_S`` (or after ``_MAX_SETTLE_WAITS``
+        waits), and notices that come during it cause one more."""
         try:
+            await self._harvested.wait()
             while True:
-                b.refresh_again = False
+                for _ in range(_MAX_SETTLE_WAITS):
+                    seen = b.changes
+                    await anyio.sleep(SETTLE_S)
+                    if b.changes == seen:
+                        break
+                seen = b.changes
                 harvest = await self._list(b)
                 if harvest.ok:
                     await anyio.to_thread.run_sync(self._apply, [harvest], None)
-                if not b.refresh_again:
+                b.reharvests += 1
+                log.info("server %r: harvested again after its tools changed (%d notice(s) so far, harvest #%d)",
+                         b.name, seen, b.reharvests)
+                if b.changes == seen:
                     break
         finally:
             b.refreshing = False
@@ -406,8 +434,13 @@ class Gateway:
         return [s for s in names if self.eligible.allows_server(s)]
 
     def unavailable(self) -> dict[str, str]:
-        """Eligible servers whose last start failed, with why."""
-        return {name: b.error for name, b in self.backends.items() if b.error}
+        """Eligible servers whose last start or last listing failed, with why (URL credentials redacted)."""
+        return {name: redact(b.error or b.list_error or "") for name, b in self.backends.items()
+                if b.error or b.list_error}
+
+    def starting(self) -> list[str]:
+        """Eligible servers whose first listing is not over yet (answers use their saved tools)."""
+        return [name for name, b in self.backends.items() if not b.listed and not (b.error or b.list_error)]
 
     def tool_count(self) -> int:
         if self.index is None:
@@ -440,13 +473,30 @@ class Gateway:
                     "call a tool that find_tools returned, with its 'server' as given. Nothing was run.")
         index = self.index          # a catalog is replaced whole, never changed: safe to read unlocked
         known = index is not None and ToolId(server, tool) in index.catalog
-        if not known and self.backends[server].error:
-            return (f"server {server!r} is not available ({self.backends[server].error}), so its tools are "
+        down = self.unavailable().get(server)
+        if not known and down:
+            return (f"server {server!r} is not available ({down}), so its tools are "
                     "not known. Nothing was run; tell the user.")
         if not known or not self.eligible.allows((server, tool)):
             return (f"refused: server {server!r} has no tool {tool!r} that you may call; use find_tools "
                     "to find the right tool and its exact name. Nothing was run.")
         return None
+
+    async def definition(self, server: str, tool: str) -> dict[str, Any] | str:
+        """The whole MCP definition of one tool the caller may see (``server`` added), or why not."""
+        from retrieval.definitions import to_mcp
+
+        await self._ready.wait()
+        index = self.index
+        if self.forwarding:
+            why = self.refusal(server, tool)
+            if why:
+                return why.replace("Nothing was run; tell the user.", "Tell the user.").replace(" Nothing was run.", "")
+        found = index.catalog.get(ToolId(server, tool)) if index is not None else None
+        if found is None or not self.eligible.allows((server, tool)):
+            return (f"refused: there is no tool {tool!r} on server {server!r} that you may use; use find_tools "
+                    "to find the right tool and its exact name.")
+        return {"server": server, **to_mcp(found)}
 
     async def call(self, server: str, tool: str, arguments: dict[str, Any] | None) -> "types.CallToolResult":
         """Forward one call to the owning server's live session and return its result as it is.
@@ -501,6 +551,10 @@ class Gateway:
                         f"server {server!r} closed the connection during the call to {tool!r} (it may have "
                         "crashed), so the call may or may not have taken effect. toolrank starts the server "
                         "again on the next call.")
+                if exc.error.code == STRAY_ANSWER and msg.startswith("the server's answer"):
+                    return _error_result(
+                        f"server {server!r} answered the call to {tool!r} with something that is not valid MCP "
+                        f"({redact(msg)}), so the call may or may not have taken effect.")
                 if exc.error.code == 408 or "Timed out" in msg:     # the SDK's read timeout
                     return _error_result(
                         f"server {server!r} did not answer the call to {tool!r} within {self.call_timeout_s:g} s; "

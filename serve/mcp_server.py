@@ -18,9 +18,13 @@ Add it to a client's configuration (Claude Desktop, Cursor, ...)::
 from __future__ import annotations
 
 import argparse
+import hmac
 import importlib
 import json
 import logging
+import os
+import secrets
+import socket
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,16 +38,24 @@ if TYPE_CHECKING:
 
     from retrieval.results import ScoredTool, SearchResult
 
-__all__ = ["FIND_TOOLS", "CALL_TOOL", "tool_definitions", "find_payload", "build_server", "serve_stdio",
+__all__ = ["FIND_TOOLS", "CALL_TOOL", "DESCRIBE_TOOL", "tool_definitions", "bound_tools", "find_payload", "build_server", "serve_stdio",
            "serve_http", "build_parser", "main"]
 
 log = logging.getLogger(__name__)
 
 FIND_TOOLS = "find_tools"
 CALL_TOOL = "call_tool"
+DESCRIBE_TOOL = "describe_tool"
 MAX_REQUEST_CHARS = 4000    # the same bounds as the HTTP service
 MAX_NEED_CHARS = 500
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# What one find_tools answer carries (characters of JSON): the answer goes into the model's context,
+# twice (text and structured content), so one server's 100 KB description must not come with it.
+MAX_DESCRIPTION_CHARS = 2000        # per tool
+MAX_SCHEMA_CHARS = 4000             # per tool, the inputSchema as JSON
+MAX_ANSWER_CHARS = 16000            # per answer, all tools together
+_NESTED_DESCRIPTION_CHARS = 160
+TOKEN_ENV = "TOOLRANK_MCP_TOKEN"
 
 # The descriptions are prompts: the calling model reads them to decide when and how to use the
 # tools. Keep them within the budget tested in tests/mcp/test_mcp_server.py.
@@ -63,6 +75,9 @@ _FIND_OUTRO = (
     "- search_again: nothing clearly fits. Call find_tools once more with a sharper `need` and attempt=2.\n"
     "- no_fit: no connected tool can do it. Tell the user; `connect` names servers they could add.\n\n"
     "Use only tools this returns; never guess tool names or arguments.")
+DESCRIBE_DESCRIPTION = (
+    "Get the whole definition (description and inputSchema) of one tool that find_tools returned "
+    "shortened; its `truncated` field says what was cut. Give `server` and `tool` as find_tools named them.")
 CALL_DESCRIPTION = (
     "Run a tool that find_tools returned, on the server that owns it, and get that tool's result "
     "unchanged. Give `server` and `tool` exactly as find_tools named them, and `arguments` following "
@@ -90,6 +105,11 @@ CALL_SCHEMA: dict[str, Any] = {
     },
     "required": ["server", "tool"],
 }
+DESCRIBE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"server": {"type": "string"}, "tool": {"type": "string"}},
+    "required": ["server", "tool"],
+}
 
 
 def find_description(gateway: bool) -> str:
@@ -101,6 +121,7 @@ def tool_definitions(gateway: bool) -> list[dict[str, Any]]:
     tools = [{"name": FIND_TOOLS, "description": find_description(gateway), "inputSchema": FIND_SCHEMA}]
     if gateway:
         tools.append({"name": CALL_TOOL, "description": CALL_DESCRIPTION, "inputSchema": CALL_SCHEMA})
+    tools.append({"name": DESCRIBE_TOOL, "description": DESCRIBE_DESCRIPTION, "inputSchema": DESCRIBE_SCHEMA})
     return tools
 
 
@@ -129,13 +150,99 @@ def one_line_reason(t: "ScoredTool") -> str:
     return "; ".join(parts) or "ranked by calibrated probability"
 
 
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[limit // 2:limit] else text[:limit]
+    return cut.rstrip() + " ..."
+
+
+def _short_nested(node: Any) -> Any:
+    """A schema with every nested ``description`` cut short, and ``examples`` left out."""
+    if isinstance(node, dict):
+        return {k: (_cut(v, _NESTED_DESCRIPTION_CHARS) if k == "description" and isinstance(v, str) else _short_nested(v))
+                for k, v in node.items() if k != "examples"}
+    if isinstance(node, list):
+        return [_short_nested(v) for v in node]
+    return node
+
+
+def _top_level(schema: dict[str, Any]) -> dict[str, Any]:
+    """Only the top-level properties, each with its type, and what is required."""
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    out: dict[str, Any] = {"type": "object", "properties": {
+        k: ({"type": v["type"]} if isinstance(v, dict) and isinstance(v.get("type"), (str, list)) else {})
+        for k, v in props.items()}}
+    if isinstance(schema.get("required"), list):
+        out["required"] = schema["required"]
+    return out
+
+
+def bound_schema(schema: dict[str, Any], limit: int = MAX_SCHEMA_CHARS) -> tuple[dict[str, Any], str | None]:
+    """``schema`` within ``limit`` characters of JSON, and what was cut (None: nothing)."""
+    n = _size(schema)
+    if n <= limit:
+        return schema, None
+    short = _short_nested(schema)
+    if _size(short) <= limit:
+        return short, f"nested descriptions cut short (the whole schema has {n} characters)"
+    top = _top_level(schema)
+    if _size(top) <= limit:
+        return top, f"only the top-level properties and their types (the whole schema has {n} characters)"
+    required = {k: v for k, v in top["properties"].items() if k in (top.get("required") or [])}
+    if required and _size({**top, "properties": required}) <= limit:
+        return ({**top, "properties": required},
+                f"only the required properties and their types (the whole schema has {n} characters)")
+    return {"type": "object"}, f"left out (the whole schema has {n} characters)"
+
+
+def bound_tools(tools: list[dict[str, Any]], *, description_chars: int = MAX_DESCRIPTION_CHARS,
+                schema_chars: int = MAX_SCHEMA_CHARS, answer_chars: int = MAX_ANSWER_CHARS) -> bool:
+    """Bound what each tool entry carries, and all of them together, in place. A cut is said in
+    the entry's ``truncated`` (what, and how long the whole is). Tools past the answer's bound keep
+    their name, server, probability and reason, with a short description. True when anything was cut."""
+    cut_any = False
+    total = 0
+    for t in tools:
+        truncated: dict[str, str] = {}
+        desc = t.get("description") or ""
+        if len(desc) > description_chars:
+            t["description"] = _cut(desc, description_chars)
+            truncated["description"] = f"cut at {len(t['description'])} of {len(desc)} characters"
+        t["inputSchema"], why = bound_schema(t.get("inputSchema") or {"type": "object", "properties": {}}, schema_chars)
+        if why:
+            truncated["inputSchema"] = why
+        if truncated:
+            t["truncated"] = truncated
+        size = _size(t)
+        if total and total + size > answer_chars:
+            whole_desc = len(desc)
+            t["description"] = _cut(desc, _NESTED_DESCRIPTION_CHARS)
+            t["inputSchema"] = {"type": "object"}
+            t["truncated"] = {"inputSchema": "left out: the answer's size bound was reached"}
+            if len(t["description"]) < whole_desc:
+                t["truncated"]["description"] = f"cut at {len(t['description'])} of {whole_desc} characters"
+            size = _size(t)
+        cut_any = cut_any or "truncated" in t
+        total += size
+    return cut_any
+
+
 def find_payload(result: "SearchResult | None", *, gateway: Gateway) -> dict[str, Any]:
-    """The structured answer of ``find_tools`` (also sent as its JSON text)."""
+    """The structured answer of ``find_tools`` (also sent as its JSON text), bounded in size."""
     unavailable = gateway.unavailable()
+    starting = gateway.starting()
     if result is None:
         why = "; ".join(f"{s}: {r}" for s, r in unavailable.items())
-        return {"decision": "no_fit", "tools": [], "connect": [],
-                "message": "No tools are indexed yet" + (f": every server failed ({why})." if why else ".")}
+        out: dict[str, Any] = {"decision": "no_fit", "tools": [], "connect": [],
+                               "message": "No tools are indexed yet" + (f": every server failed ({why})." if why else ".")}
+        if starting:
+            out["starting"] = starting
+        return out
     tools = []
     for t in result.tools:
         d = t.definition or {}
@@ -146,11 +253,18 @@ def find_payload(result: "SearchResult | None", *, gateway: Gateway) -> dict[str
     if result.decision == "search_again":
         message = (f"Best match {result.best_probability:.2f}: no tool clearly fits. Call find_tools again "
                    "with attempt=2 and a sharper `need` (the action the tool must perform).")
-    out: dict[str, Any] = {"decision": result.decision, "message": message, "tools": tools}
+    out = {"decision": result.decision, "message": message, "tools": tools}
+    if bound_tools(tools):
+        out["note"] = (f"Some definitions were shortened to keep this answer small (see each tool's `truncated`); "
+                       f"{DESCRIBE_TOOL}(server, tool) gives a tool's whole definition.")
     if result.decision == "no_fit":
         out["connect"] = list(result.suggestions)
     if unavailable:
         out["unavailable"] = [{"server": s, "reason": r} for s, r in unavailable.items()]
+    if starting:
+        out["starting"] = starting
+        out["message"] = (f"{message} " if message else "") + (
+            f"Still starting: {', '.join(starting)}; their tools come from the saved index.")
     return out
 
 
@@ -189,7 +303,9 @@ def build_server(gateway: Gateway) -> "Server":
     from mcp import types
     from mcp.server.lowlevel import Server
 
-    server: Server = Server("toolrank", instructions=(
+    from retrieval.mcp_harvest import package_version
+
+    server: Server = Server("toolrank", version=package_version(), instructions=(
         "toolrank finds the few tools that fit a task among all the user's MCP servers"
         + (" and runs them." if gateway.forwarding else ".")
         + " Call find_tools first."))
@@ -210,6 +326,15 @@ def build_server(gateway: Gateway) -> "Server":
             request, need, attempt = checked
             result = await gateway.find(request, need, attempt=attempt)
             return types.ServerResult(_json_result(find_payload(result, gateway=gateway)))
+        if name == DESCRIBE_TOOL:
+            server_name, tool = args.get("server"), args.get("tool")
+            if not isinstance(server_name, str) or not isinstance(tool, str):
+                return types.ServerResult(_invalid("invalid arguments: `server` and `tool` are strings, "
+                                                   "as find_tools gave them"))
+            found = await gateway.definition(server_name, tool)
+            if isinstance(found, str):
+                return types.ServerResult(_invalid(found))
+            return types.ServerResult(_json_result(found))
         if name == CALL_TOOL and gateway.forwarding:
             server_name, tool, arguments = args.get("server"), args.get("tool"), args.get("arguments")
             if not isinstance(server_name, str) or not isinstance(tool, str):
@@ -238,8 +363,97 @@ async def serve_stdio(gateway: Gateway, server: "Server") -> None:
             await server.run(read, write, server.create_initialization_options())
 
 
-def http_app(gateway: Gateway, server: "Server", host: str = "127.0.0.1") -> Any:
-    """A Starlette app serving MCP at ``/mcp`` (streamable HTTP) for ``gateway``."""
+def http_url(host: str, port: int) -> str:
+    """The address of the MCP endpoint (an IPv6 host in brackets)."""
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/mcp"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to HOST:PORT, before anything else starts.
+
+    Raises:
+        OSError: the port is in use (or cannot be bound), said in one line.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        what = "is in use (another toolrank mcp?); choose another port" if exc.errno in (48, 98, 10048) else \
+            (exc.strerror or str(exc))
+        raise OSError(f"--http {host}:{port}: cannot listen there: the port {what}") from None
+    return sock
+
+
+def _token(a: argparse.Namespace) -> str:
+    """The bearer token: --token, else $TOOLRANK_MCP_TOKEN, else the one kept in the cache (made once)."""
+    token = a.token or os.environ.get(TOKEN_ENV)
+    if token is not None:
+        if len(token) < 16 or any(c.isspace() for c in token):
+            raise ValueError("the bearer token must have at least 16 characters and no spaces")
+        return token
+    path = token_path()
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        token = ""
+    if len(token) < 16:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(token + "\n")
+    return token
+
+
+def token_path() -> Path:
+    from retrieval.default_index import cache_dir
+
+    return cache_dir() / "mcp-http-token"
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer TOKEN`` (401 otherwise)."""
+
+    def __init__(self, app: Any, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = json.dumps({"error": "unauthorized: send the header 'Authorization: Bearer <token>' "
+                                            "(toolrank mcp printed where the token is when it started)"}).encode()
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="toolrank"'),
+                    (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+class _Disconnects(logging.Filter):
+    """A client that goes away mid-request is normal over HTTP: one INFO line, not an ERROR with a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        import anyio
+
+        gone = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
+        if record.levelno >= logging.ERROR and (isinstance(exc, gone) or "ClosedResourceError" in record.getMessage()):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "an HTTP client went away before its answer was sent", None
+            record.exc_info, record.exc_text = None, None
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+        return True
+
+
+def http_app(gateway: Gateway, server: "Server", host: str = "127.0.0.1", token: str | None = None) -> Any:
+    """A Starlette app serving MCP at ``/mcp`` (streamable HTTP) for ``gateway`` (with a bearer token
+    when ``token`` is given)."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.applications import Starlette
@@ -251,6 +465,11 @@ def http_app(gateway: Gateway, server: "Server", host: str = "127.0.0.1") -> Any
         allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
         allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
     manager = StreamableHTTPSessionManager(app=server, security_settings=security, json_response=True)
+    for name in ("mcp.server.streamable_http", "mcp.server.streamable_http_manager", "mcp.server.lowlevel.server",
+                 "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Disconnects) for f in logger.filters):
+            logger.addFilter(_Disconnects())
 
     class _Endpoint:
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -261,16 +480,28 @@ def http_app(gateway: Gateway, server: "Server", host: str = "127.0.0.1") -> Any
         async with gateway.running(), manager.run():
             yield
 
-    return Starlette(routes=[Route("/mcp", endpoint=_Endpoint())], lifespan=lifespan)
+    app = Starlette(routes=[Route("/mcp", endpoint=_Endpoint())], lifespan=lifespan)
+    return BearerAuth(app, token) if token else app
 
 
-async def serve_http(gateway: Gateway, server: "Server", host: str, port: int) -> None:
+async def serve_http(gateway: Gateway, server: "Server", host: str, port: int, token: str | None = None,
+                     sock: socket.socket | None = None, token_given: bool = False) -> None:
     import uvicorn
 
-    config = uvicorn.Config(http_app(gateway, server, host), host=host, port=port, log_level="warning",
+    config = uvicorn.Config(http_app(gateway, server, host, token), host=host, port=port, log_level="warning",
                             lifespan="on")
-    sys.stderr.write(f"toolrank mcp: serving MCP (streamable HTTP) at http://{host}:{port}/mcp\n")
-    await uvicorn.Server(config).serve()
+    url = http_url(host, port)
+    sys.stderr.write(f"toolrank mcp: serving MCP (streamable HTTP) at {url}\n")
+    if token is None:
+        sys.stderr.write("toolrank mcp: WARNING: no bearer token (--no-token): any process on this machine "
+                         "can run your tools through it\n")
+    else:
+        shown = "<your token>" if token_given else token
+        where = "" if token_given else f" (kept in {token_path()}; --token or ${TOKEN_ENV} to choose one)"
+        sys.stderr.write(f"toolrank mcp: clients must send the header 'Authorization: Bearer TOKEN'{where}. "
+                         "A client entry:\n" + json.dumps({"mcpServers": {"toolrank": {
+                             "type": "http", "url": url, "headers": {"Authorization": f"Bearer {shown}"}}}}) + "\n")
+    await uvicorn.Server(config).serve(sockets=[sock] if sock is not None else None)
 
 
 # ------------------------------------------------------------------ command line
@@ -288,7 +519,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", type=Path, metavar="DIR",
                    help="index folder (with --mcp-config, default: where `toolrank index --mcp-config FILE` "
                         "wrote it; without: the shipped catalog)")
-    p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp (loopback only)")
+    p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp (loopback only; "
+                   "clients must send a bearer token, see --token)")
+    p.add_argument("--token", metavar="TOKEN",
+                   help=f"with --http: the bearer token clients must send (default: ${TOKEN_ENV}, else one kept in "
+                        "the toolrank cache, made on first use)")
+    p.add_argument("--no-token", action="store_true",
+                   help="with --http: no bearer token (any local process could then run your tools)")
     p.add_argument("--server", "--servers", dest="server", action="append", metavar="NAME",
                    help="only this server is visible and callable (repeat)")
     p.add_argument("--tenants", type=Path, metavar="FILE", help="a tenants file (as for toolrank serve)")
@@ -310,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _host_port(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    host = host.strip("[]")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--http {value!r}: give HOST:PORT, e.g. 127.0.0.1:8765")
     if host not in LOOPBACK:
@@ -383,6 +620,13 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
     if a.server and config is None:
         _check_servers(a.server, known, "the index")
     eligible = gateway_eligibility(list(config.servers) if config is not None else None, a.server, tenant)
+    names = list(config.servers) if config is not None else known
+    if not any(eligible.allows_server(s) for s in names):
+        given = " and ".join(x for x, on in ((f"--server {', '.join(a.server or [])}", a.server),
+                                             (f"tenant {a.tenant!r}'s servers", tenant is not None)) if on)
+        raise ValueError(f"no server is left to use: {given} ha{'ve' if ' and ' in given else 's'} none in common "
+                         f"with {'the configuration' if config is not None else 'the index'} "
+                         f"({', '.join(names[:20])}{' ...' if len(names) > 20 else ''})")
     return Gateway(components=components, config=config, index=index, eligible=eligible,
                    policy_overrides=dict(tenant.policy) if tenant is not None else None,
                    timeout_s=a.timeout, call_timeout_s=a.call_timeout,
@@ -394,19 +638,35 @@ def main(argv: list[str] | None = None) -> int:
 
     stdout carries the protocol over stdio, so everything else goes to stderr.
     """
+    from retrieval.mcp_harvest import install_log_redaction
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["mcp"]:
         argv = argv[1:]
     a = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    if not a.verbose:
-        for noisy in ("mcp", "httpx", "uvicorn"):
+    for noisy in ("mcp", "uvicorn"):
+        if not a.verbose:
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)    # one line per request, each with its full URL
+    install_log_redaction()
+    if a.mcp_config and _started_by_itself(a.mcp_config):
+        return _refuse_recursion(a.mcp_config)
+    sock = None
     try:
         http = _host_port(a.http) if a.http else None
+        if http is None and (a.token or a.no_token):
+            raise ValueError("--token and --no-token go with --http")
+        if a.token and a.no_token:
+            raise ValueError("give --token or --no-token, not both")
+        token = None if http is None or a.no_token else _token(a)
+        if http is not None:
+            sock = bind(*http)            # a port in use is said now, before any server starts
         gateway = make_gateway(a)
     except (ValueError, OSError) as exc:   # CatalogError, McpConfigError, TenantConfigError, IndexLoadError
+        if sock is not None:
+            sock.close()
         sys.stderr.write(f"toolrank mcp: {exc}\n")
         return 2
     import anyio
@@ -416,10 +676,45 @@ def main(argv: list[str] | None = None) -> int:
         if http is None:
             anyio.run(serve_stdio, gateway, server)
         else:
-            anyio.run(serve_http, gateway, server, *http)
+            anyio.run(serve_http, gateway, server, *http, token, sock, bool(a.token or os.environ.get(TOKEN_ENV)))
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _started_by_itself(config: Path) -> bool:
+    """Whether a `toolrank mcp` (or `toolrank index`) on this same configuration started this one,
+    however the entry wrapped it (uvx, pipx run, npx, bash -c, another venv)."""
+    from retrieval.mcp_harvest import ENV_PARENTS
+
+    parents = [p for p in os.environ.get(ENV_PARENTS, "").split(os.pathsep) if p]
+    try:
+        return str(config.resolve()) in parents
+    except OSError:
+        return False
+
+
+def _refuse_recursion(config: Path) -> int:
+    """Answer ``initialize`` as a server the parent recognises, start nothing, and exit when it
+    closes the connection: the parent then reports the entry as toolrank itself."""
+    import anyio
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    from retrieval.mcp_harvest import RECURSIVE_SERVER_NAME
+
+    sys.stderr.write(f"toolrank mcp: started by toolrank on the same configuration ({config}); not starting "
+                     "its servers again. Remove the toolrank entry from that file.\n")
+    refusal: Server = Server(RECURSIVE_SERVER_NAME)
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await refusal.run(read, write, refusal.create_initialization_options())
+    try:
+        anyio.run(run)
+    except KeyboardInterrupt:
+        return 130
+    return 3
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ async def stdio_gateway(tmp: Path, *args: str, fakes: bool = True,
     with open(tmp / "gateway.log", "a") as log:
         async with stdio_client(params, errlog=log) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=timedelta(seconds=timeout_s)) as session:
-                await session.initialize()
+                session.init_result = await session.initialize()
                 yield session
 
 

@@ -47,16 +47,20 @@ def test_stdio_and_http_entries_as_clients_write_them(tmp_path):
 
 @pytest.mark.parametrize("data, match", [
     ("{not json", r"invalid JSON at line 1"),
-    ({"servers": {}}, r"no 'mcpServers' object \(top-level keys: servers\)"),
+    ({"other": {}}, r"no 'mcpServers' object \(top-level keys: other\)"),
+    ({"servers": {}}, r"'servers' lists no servers"),
     ({"mcpServers": {}}, r"lists no servers"),
     ({"mcpServers": []}, r"must be an object mapping server names"),
-    ({"mcpServers": {"a": {"comand": "x"}}}, r"server 'a': unknown key\(s\) 'comand'"),
+    ({"mcpServers": {"a": {"comand": "x"}}}, r"server 'a': give either 'command' .* \(it has 'comand'\)"),
     ({"mcpServers": {"a": {"args": ["x"]}}}, r"give either 'command' .* or 'url'"),
     ({"mcpServers": {"a": {"command": "x", "url": "http://h/mcp"}}}, r"not both"),
     ({"mcpServers": {"a": {"command": "x", "headers": {}}}}, r"'headers' does not apply to a stdio server"),
-    ({"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}, r"SSE transport is not supported"),
+    ({"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}, r"no servers left .*a: uses the deprecated SSE"),
     ({"mcpServers": {"a": {"command": "x", "args": "--flag"}}}, r"'args' must be a list of strings"),
-    ({"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}, r"'env' must be an object of strings"),
+    ({"mcpServers": {"a": {"command": "x", "env": ["K=1"]}}}, r"'env' must be an object of strings"),
+    ({"mcpServers": {"a": {"command": "x", "env": {"K": [1]}}}}, r"env 'K' must be a string, not list"),
+    ({"mcpServers": {"a": {"url": "http://h/mcp", "serverUrl": "http://h/mcp"}}}, r"as 'url' or 'serverUrl', not both"),
+    ({"projects": {"/p": {"mcpServers": {"a": {"command": "x"}}}}}, r"servers are per project"),
     ({"mcpServers": {"a": {"url": "ftp://h"}}}, r"'url' must be an http"),
     ({"mcpServers": {"a": {"command": "x", "timeout": 0}}}, r"'timeout' must be a positive number"),
     ({"mcpServers": {"a": {"command": "x", "disabled": True}}}, r"no servers left to index \(a: disabled"),
@@ -81,7 +85,7 @@ def test_default_index_folder_is_per_configuration(tmp_path, monkeypatch):
 @pytest.mark.parametrize("data, match", [
     (None, "MCP configuration file not found"),
     ("{oops", "invalid JSON"),
-    ({"mcpServers": {"a": {"command": "x", "bogus": 1}}}, "unknown key"),
+    ({"mcpServers": {"a": {"command": 5}}}, "'command' must be a non-empty string"),
     ({"mcpServers": {}}, "lists no servers"),
 ])
 def test_index_command_reports_bad_configurations_in_one_line(tmp_path, capsys, data, match):
@@ -102,10 +106,10 @@ def test_index_command_option_errors(tmp_path, capsys):
 
 def test_mcp_command_reports_bad_options_without_starting(tmp_path, capsys):
     """`toolrank mcp` with a bad configuration, option or host exits 2 with one line on stderr."""
-    bad = write(tmp_path, {"mcpServers": {"a": {"command": "x", "bogus": 1}}})
+    bad = write(tmp_path, {"mcpServers": {"a": {"command": "x", "args": "--flag"}}})
     good = write(tmp_path, {"mcpServers": {"a": {"command": "x"}}}, "good.json")
     fakes = ["--components", FAKES]
-    for args, match in ((["--mcp-config", str(bad)], "unknown key"),
+    for args, match in ((["--mcp-config", str(bad)], "'args' must be a list of strings"),
                         (["--mcp-config", str(tmp_path / "none.json")], "not found"),
                         (["--mcp-config", str(good), "--http", "0.0.0.0:8765"], "loopback only"),
                         (["--mcp-config", str(good), "--http", "8765"], "give HOST:PORT"),

@@ -39,7 +39,7 @@ async def test_find_then_call_returns_the_servers_result_unchanged(tmp_path):
     cfg = write_config(tmp_path / "mcp.json", {"weather": server("weather"), "files": server("paged")})
     async with stdio_gateway(tmp_path, "--mcp-config", str(cfg)) as gw:
         listed = {t.name: t for t in (await gw.list_tools()).tools}
-        assert set(listed) == {"find_tools", "call_tool"}
+        assert set(listed) == {"find_tools", "call_tool", "describe_tool"}
         assert listed["find_tools"].inputSchema["required"] == ["request"]
 
         found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Paris"}))
@@ -55,6 +55,13 @@ async def test_find_then_call_returns_the_servers_result_unchanged(tmp_path):
         found = payload(await gw.call_tool("find_tools", {"request": "search files named *.py",
                                                           "need": "search files"}))
         assert (found["tools"][0]["server"], found["tools"][0]["name"]) == ("files", "search_files")
+
+        # describe_tool: the whole definition of a tool the caller may see; anything else refused.
+        whole = payload(await gw.call_tool("describe_tool", {"server": "weather", "tool": "get_forecast"}))
+        assert (whole["server"], whole["name"]) == ("weather", "get_forecast")
+        assert whole["inputSchema"] == best["inputSchema"] and whole["description"] == best["description"]
+        nope = await gw.call_tool("describe_tool", {"server": "github", "tool": "create_issue"})
+        assert nope.isError and "refused" in text(nope)
 
         # Forwarded results: text, structured content and the server's own errors, as they came.
         result = await gw.call_tool("call_tool", {"server": "weather", "tool": "get_forecast",
@@ -212,7 +219,7 @@ async def test_find_only_mode_without_a_configuration(tmp_path):
     async with stdio_gateway(tmp_path, "--index", str(tmp_path / "index"), "--server", "Weather",
                              "--server", "Slack") as gw:
         listed = {t.name: t for t in (await gw.list_tools()).tools}
-        assert set(listed) == {"find_tools"}
+        assert set(listed) == {"find_tools", "describe_tool"}
         assert "call_tool" not in listed["find_tools"].description
         found = payload(await gw.call_tool("find_tools", {"request": "list channels of a workspace"}))
         assert (found["decision"], found["tools"][0]["server"]) == ("proceed", "Slack")

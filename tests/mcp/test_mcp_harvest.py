@@ -39,10 +39,12 @@ def test_every_page_every_schema_and_each_failure_by_name(tmp_path):
     assert weather["get_forecast"].server == "weather"              # the configuration's name, not serverInfo's
 
     reasons = {n: h.error for n, h in results.items() if not h.ok}
-    assert set(reasons) == {"no_name", "twice", "bad_schema", "dies", "missing"}
-    assert "tools[1]: field 'name' is empty" in reasons["no_name"]
-    assert "tool 'same': listed twice" in reasons["twice"]
-    assert reasons["bad_schema"].startswith("malformed tools/list result: tools.0.inputSchema")
+    assert set(reasons) == {"twice", "bad_schema", "dies", "missing"}
+    # One bad tool no longer costs the server its valid ones: they are kept and the bad one reported.
+    assert [t.name for t in results["no_name"].tools] == ["fine"]
+    assert results["no_name"].problems == ("tool #2: field 'name' is empty",)
+    assert "none of its 2 tools is valid (tool 'same': listed 2 times" in reasons["twice"]
+    assert "tool 'broken': field 'inputSchema' must be an object" in reasons["bad_schema"]
     assert "exited or closed the connection" in reasons["dies"]
     assert "cannot open the database" in reasons["dies"]            # the server's own stderr, quoted
     assert reasons["missing"] == "cannot start 'toolrank-test-no-such-command': command not found " \
@@ -111,3 +113,19 @@ def test_nothing_is_written_when_no_server_can_be_indexed(tmp_path):
         index_mcp_config(path, tmp_path / "index", timeout_s=10, encoder=HashEncoder())
     assert not (tmp_path / "index").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["mcp.json"]     # no temporary folder left either
+
+
+def test_valid_tools_are_kept_and_each_bad_one_reported(tmp_path):
+    """A server listing two valid tools among a duplicate, a non-object schema and a schema nested too
+    deep is indexed with its two valid tools; `toolrank index` names each one left out."""
+    from retrieval.cli import main as toolrank
+
+    cfg = write_config(tmp_path / "mcp.json", {"mixed": server("malformed", "--mode", "mixed")})
+    [h] = anyio.run(lambda: harvest(load_mcp_config(cfg), timeout_s=10))
+    assert h.ok and [t.name for t in h.tools] == ["good_one", "good_two"]
+    assert len(h.problems) == 3
+    assert h.problems[0] == "tool 'same': listed 2 times; tool names must be unique"
+    assert "tool 'broken'" in h.problems[1] and "tool 'deep'" in h.problems[2] and "deep" in h.problems[2]
+    report = index_mcp_config(cfg, tmp_path / "index", encoder=HashEncoder())
+    [r] = report.servers
+    assert (r.status, r.tools) == ("added", 2) and "3 malformed tool(s) left out" in r.reason

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import anyio
 import httpx
+import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import streamable_http_client as _client
+
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def streamable_http_client(url):
+    """The SDK's client, sending the gateway's bearer token."""
+    return _client(url, http_client=httpx.AsyncClient(headers=AUTH, timeout=httpx.Timeout(30, read=300)))
 
 from mcp_helpers import FAKES, SERVERS, free_port, payload, server, start, stop, text, toolrank_args, write_config
 
@@ -15,15 +24,16 @@ def test_gateway_over_streamable_http(tmp_path):
     backend_port, port = free_port(), free_port()
     backend = start([str(SERVERS / "weather.py"), "--http", str(backend_port)], tmp_path, backend_port)
     cfg = write_config(tmp_path / "mcp.json", {
-        "weather": {"url": f"http://127.0.0.1:{backend_port}/mcp"}, "notes": server("notes")})
+        "weather": {"url": f"http://127.0.0.1:{backend_port}/mcp"}, "notes": server("notes"),
+        "slow": server("slow")})
     gateway = start(toolrank_args("mcp", "--mcp-config", str(cfg), "--http", f"127.0.0.1:{port}",
-                                  "--components", FAKES), tmp_path, port)
+                                  "--token", TOKEN, "--components", FAKES), tmp_path, port)
 
     async def session_checks() -> None:
         async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, _):
             async with ClientSession(read, write) as gw:
                 await gw.initialize()
-                assert {t.name for t in (await gw.list_tools()).tools} == {"find_tools", "call_tool"}
+                assert {t.name for t in (await gw.list_tools()).tools} == {"find_tools", "call_tool", "describe_tool"}
                 found = payload(await gw.call_tool("find_tools", {"request": "get the weather alerts for Texas",
                                                                   "need": "get alerts"}))
                 assert (found["decision"], found["tools"][0]["server"], found["tools"][0]["name"]) == \
@@ -74,8 +84,83 @@ def test_gateway_over_streamable_http(tmp_path):
                     assert not back.isError and text(back).startswith("Oslo: sunny")
         anyio.run(backend_back)
         # DNS-rebinding protection: a request naming another host is turned away.
-        r = httpx.post(f"http://127.0.0.1:{port}/mcp", headers={"Host": "evil.example:80"}, json={})
+        r = httpx.post(f"http://127.0.0.1:{port}/mcp", headers={"Host": "evil.example:80", **AUTH}, json={})
         assert r.status_code in (400, 403, 421)
+        # Without the bearer token (or with another), nothing is answered.
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}
+        for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"}, {"Authorization": TOKEN}):
+            r = httpx.post(f"http://127.0.0.1:{port}/mcp", headers={"Accept": "application/json, text/event-stream",
+                                                                   **headers}, json=init)
+            assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer"), headers
+        # A client that goes away mid-call is not an ERROR with a traceback.
+        with httpx.Client(headers={"Accept": "application/json, text/event-stream", **AUTH}) as c:
+            r = c.post(f"http://127.0.0.1:{port}/mcp", json=init)
+            sid = r.headers.get("mcp-session-id")
+            extra = {"mcp-session-id": sid} if sid else {}
+            c.post(f"http://127.0.0.1:{port}/mcp", headers=extra,
+                   json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+            try:
+                c.post(f"http://127.0.0.1:{port}/mcp", headers=extra, timeout=0.5, json={
+                    "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                        "name": "call_tool", "arguments": {"server": "slow", "tool": "wait",
+                                                           "arguments": {"seconds": 3}}}})
+            except httpx.TimeoutException:
+                pass
+        import time
+        time.sleep(4)                                            # the call finishes with nobody to answer
+        log = (tmp_path / f"proc-{port}.log").read_text()
+        assert "Traceback" not in log and "ERROR" not in log, log
+        assert "clients must send the header 'Authorization: Bearer TOKEN'" in log
+        assert TOKEN not in log                                  # a token the user gave is not echoed
     finally:
         stop(gateway)
         stop(backend)
+
+
+def test_http_token_by_default_and_port_in_use(tmp_path, capsys, monkeypatch):
+    """--http makes a bearer token (kept in the cache, 0600) and prints how to use it; a port in use
+    is said at once, before any server starts."""
+    import socket
+
+    from retrieval.cli import main as toolrank
+    from serve.mcp_server import _token, build_parser, token_path
+
+    monkeypatch.setenv("TOOLRANK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TOOLRANK_MCP_TOKEN", raising=False)
+    a = build_parser().parse_args(["--http", "127.0.0.1:1"])
+    first = _token(a)
+    assert len(first) >= 32 and _token(a) == first                       # made once, then reused
+    assert token_path().stat().st_mode & 0o777 == 0o600
+    monkeypatch.setenv("TOOLRANK_MCP_TOKEN", "short")
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        _token(a)
+    monkeypatch.delenv("TOOLRANK_MCP_TOKEN")
+
+    cfg = write_config(tmp_path / "mcp.json", {"crashy": server("crashy")})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert toolrank(["mcp", "--mcp-config", str(cfg), "--http", f"127.0.0.1:{port}", "--components", FAKES]) == 2
+    err = capsys.readouterr().err
+    assert f"--http 127.0.0.1:{port}: cannot listen there: the port is in use" in err and "Traceback" not in err
+    assert toolrank(["mcp", "--mcp-config", str(cfg), "--token", "x" * 20, "--components", FAKES]) == 2
+    assert "--token and --no-token go with --http" in capsys.readouterr().err
+
+
+def test_http_prints_how_to_use_the_token(tmp_path):
+    port = free_port()
+    cfg = write_config(tmp_path / "mcp.json", {"notes": server("notes")})
+    proc = start(toolrank_args("mcp", "--mcp-config", str(cfg), "--http", f"127.0.0.1:{port}",
+                               "--components", FAKES), tmp_path, port)
+    try:
+        r = httpx.post(f"http://127.0.0.1:{port}/mcp", json={})
+        assert r.status_code == 401
+    finally:
+        stop(proc)
+    log = (tmp_path / f"proc-{port}.log").read_text()
+    token = (tmp_path / "cache" / "mcp-http-token").read_text().strip()
+    assert f"serving MCP (streamable HTTP) at http://127.0.0.1:{port}/mcp" in log
+    assert "clients must send the header 'Authorization: Bearer TOKEN'" in log
+    assert f'"headers": {{"Authorization": "Bearer {token}"}}' in log

@@ -10,22 +10,24 @@ import pytest
 from retrieval.catalog import ToolId
 from retrieval.results import ScoredTool, SearchResult
 from retrieval.tokens import TokenCounter
-from serve.mcp_server import (CALL_TOOL, FIND_TOOLS, _check_find, _host_port, find_payload, one_line_reason,
-                              tool_definitions)
+from serve.mcp_server import (CALL_TOOL, DESCRIBE_TOOL, FIND_TOOLS, MAX_ANSWER_CHARS, MAX_DESCRIPTION_CHARS,
+                              MAX_SCHEMA_CHARS, _check_find, _host_port, bound_schema, bound_tools, find_payload,
+                              http_url, one_line_reason, tool_definitions)
 
 # Tokens (cl100k) of each definition as the model sees it: name, description and inputSchema.
-BUDGET = {FIND_TOOLS: 350, CALL_TOOL: 175}
+BUDGET = {FIND_TOOLS: 350, CALL_TOOL: 175, DESCRIBE_TOOL: 90}
 
 
 @pytest.mark.parametrize("gateway", [True, False])
 def test_definitions_stay_within_the_token_budget(gateway):
     counter = TokenCounter()
     defs = tool_definitions(gateway)
-    assert [d["name"] for d in defs] == ([FIND_TOOLS, CALL_TOOL] if gateway else [FIND_TOOLS])
+    assert [d["name"] for d in defs] == ([FIND_TOOLS, CALL_TOOL, DESCRIBE_TOOL] if gateway else
+                                         [FIND_TOOLS, DESCRIBE_TOOL])
     for d in defs:
         n = counter.count_definition(d)
-        assert 100 < n <= BUDGET[d["name"]], (d["name"], n)
-    assert sum(counter.count_definition(d) for d in defs) <= 500
+        assert 40 < n <= BUDGET[d["name"]], (d["name"], n)
+    assert sum(counter.count_definition(d) for d in defs) <= 600
 
 
 def test_find_description_says_when_and_how():
@@ -38,11 +40,15 @@ def test_find_description_says_when_and_how():
 
 
 class _Gateway:
-    def __init__(self, unavailable=None):
+    def __init__(self, unavailable=None, starting=()):
         self._unavailable = unavailable or {}
+        self._starting = list(starting)
 
     def unavailable(self):
         return dict(self._unavailable)
+
+    def starting(self):
+        return list(self._starting)
 
 
 def _tool(server, name, p, source="ranked", explanation=None):
@@ -100,6 +106,59 @@ def test_find_arguments_pass():
 def test_http_address():
     assert _host_port("127.0.0.1:8765") == ("127.0.0.1", 8765)
     assert _host_port("[::1]:80") == ("::1", 80)
+    assert _host_port("::1:80") == ("::1", 80)
+    assert http_url("::1", 80) == "http://[::1]:80/mcp"                 # a valid URL for an IPv6 host
+    assert http_url("127.0.0.1", 8765) == "http://127.0.0.1:8765/mcp"
     for bad, match in (("8765", "HOST:PORT"), ("localhost:99999", "HOST:PORT"), ("10.0.0.1:80", "loopback only")):
         with pytest.raises(ValueError, match=match):
             _host_port(bad)
+
+
+def _huge_schema(n_props: int = 200) -> dict:
+    return {"type": "object", "required": ["text"], "properties": {
+        f"p{i}": {"type": "string", "description": "a long parameter description " * 20,
+                  "examples": ["x" * 100]} for i in range(n_props)} | {"text": {"type": "string"}}}
+
+
+def test_a_huge_definition_is_bounded_and_says_where_it_was_cut():
+    big = "Translate text between languages. " + "More detail about the tool. " * 4000     # ~110 KB
+    tool = _tool("translator", "translate_text", 0.95)
+    tool.definition.update(description=big, inputSchema=_huge_schema(120))
+    others = [_tool("s", f"tool_{i}", 0.5) for i in range(9)]
+    for t in others:
+        t.definition.update(description="d " * 1500, inputSchema=_huge_schema(20))
+    result = SearchResult("proceed", [tool, *others], 0.95, 1, message="proceed")
+    out = find_payload(result, gateway=_Gateway())
+    size = len(json.dumps(out, ensure_ascii=False, separators=(",", ":")))
+    # Full definitions up to the answer's bound; past it, one short entry per further tool.
+    assert size <= MAX_ANSWER_CHARS + 500 * len(out["tools"])
+    assert size < 40_000                                         # the ~130 KB of definitions it was given
+    first = out["tools"][0]
+    assert first["description"].startswith("Translate text between languages.")
+    assert len(first["description"]) <= MAX_DESCRIPTION_CHARS + 4
+    assert first["truncated"]["description"] == f"cut at {len(first['description'])} of {len(big)} characters"
+    assert len(json.dumps(first["inputSchema"])) <= MAX_SCHEMA_CHARS
+    assert "inputSchema" in first["truncated"] and "text" in first["inputSchema"]["properties"]
+    assert first["inputSchema"]["required"] == ["text"]
+    assert "describe_tool(server, tool)" in out["note"]
+    assert len(out["tools"]) == 10                                # later tools keep name, probability, reason
+    last = out["tools"][-1]
+    assert last["truncated"]["inputSchema"].startswith("left out") and last["reason"]
+
+
+def test_small_definitions_are_left_alone():
+    tools = [{"server": "s", "name": "t", "description": "short", "inputSchema": {"type": "object"}}]
+    assert bound_tools(tools) is False and "truncated" not in tools[0]
+    schema = {"type": "object", "properties": {"a": {"type": "string", "description": "x" * 500}}}
+    assert bound_schema(schema, 10_000) == (schema, None)
+    wide = _huge_schema(400)
+    only_required, why_required = bound_schema(wide, MAX_SCHEMA_CHARS)
+    assert only_required["properties"] == {"text": {"type": "string"}} and why_required.startswith("only the required")
+    short, why = bound_schema(schema, 300)
+    assert why.startswith("nested descriptions cut") and len(short["properties"]["a"]["description"]) < 200
+
+
+def test_servers_still_starting_are_marked():
+    proceed = SearchResult("proceed", [_tool("weather", "get_forecast", 0.9)], 0.9, 1, message="Proceed.")
+    out = find_payload(proceed, gateway=_Gateway(starting=["slow"]))
+    assert out["starting"] == ["slow"] and "Still starting: slow" in out["message"]

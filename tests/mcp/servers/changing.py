@@ -24,5 +24,13 @@ async def add_tool(name: str, description: str, ctx: Context) -> str:
     return f"added {name}"
 
 
+@mcp.tool()
+async def burst(n: int, ctx: Context) -> str:
+    """Say n times, at once, that the tools changed."""
+    for _ in range(n):
+        await ctx.session.send_tool_list_changed()
+    return f"sent {n}"
+
+
 if __name__ == "__main__":
     mcp.run()

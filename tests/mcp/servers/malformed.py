@@ -1,5 +1,6 @@
 """Malformed: lists tools that are not valid. ``--mode empty-name`` (a tool named ""),
-``duplicate`` (the same name twice), ``bad-schema`` (an inputSchema that is a string).
+``duplicate`` (the same name twice), ``bad-schema`` (an inputSchema that is a string), ``mixed``
+(two valid tools among one of each kind of bad one, and a schema nested too deep).
 A low-level SDK server over stdio."""
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ async def list_tools() -> list[types.Tool]:
     if MODE == "duplicate":
         return [types.Tool(name="same", description="first", inputSchema=OBJ),
                 types.Tool(name="same", description="second", inputSchema=OBJ)]
+    if MODE == "mixed":
+        deep: dict = {"type": "string"}
+        for _ in range(80):
+            deep = {"type": "object", "properties": {"x": deep}}
+        return [types.Tool(name="good_one", description="the first valid tool", inputSchema=OBJ),
+                types.Tool(name="same", description="first", inputSchema=OBJ),
+                types.Tool(name="same", description="second", inputSchema=OBJ),
+                types.Tool.model_construct(name="broken", description="schema is a string", inputSchema="oops"),
+                types.Tool(name="deep", description="schema nested too deep", inputSchema=deep),
+                types.Tool(name="good_two", description="the second valid tool", inputSchema=OBJ)]
     if MODE == "bad-schema":
         return [types.Tool.model_construct(name="broken", description="schema is a string", inputSchema="oops")]
     return [types.Tool(name="fine", description="a fine tool", inputSchema=OBJ),
