@@ -263,6 +263,7 @@ FORWARDED = {
     "generate": ("training.generate", "generate examples, questions and judgments through an LLM"),
     "data": ("training.dataset", "validate or summarise the shipped data set"),
     "serve": ("serve.cli", "run the HTTP service"),
+    "examples": ("serve.usage", "list or remove example requests learned from use (toolrank examples list|remove)"),
     "mcp": ("serve.mcp_server", "run toolrank as an MCP server (find_tools; call_tool as a gateway with --mcp-config)"),
 }
 

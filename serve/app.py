@@ -246,6 +246,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         raise ValueError("no tenants: pass tenants=, set settings.config, or set auth_disabled=True for development")
     metrics = Metrics()
     state = ServiceState(settings, tenants, metrics)
+    from .usage import UsageBook, install_usage_routes   # learning from use (docs/day-one.md)
+    state.usage = UsageBook(Path(settings.index_dir) / "usage" if settings.index_dir is not None else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -367,13 +369,19 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     async def search(body: SearchRequest, request: Request, tenant: Tenant = Depends(tenant_of),
                      snap: Snapshot = Depends(snapshot_of)) -> SearchResponse:
         pipeline = snap.pipeline
+        learned = state.usage.learned(tenant.name) if tenant.learn_from_use else None
         result = await state.run(
             request, pipeline.search, body.request, body.need,
             eligible=tenant.eligibility, previous=_previous(body.previous, tenant), k=body.k,
-            explain=body.explain, fmt=body.format, policy=_policy(pipeline, tenant))
+            explain=body.explain, fmt=body.format, policy=_policy(pipeline, tenant),
+            **({"learned": learned} if learned else {}))
         result = _visible_result(result, tenant, snap)
         metrics.decisions.labels(result.decision).inc()
-        return _search_response(result, snap, body.explain, await _view_version(snap, tenant))
+        request_id = getattr(request.state, "request_id", None)
+        state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools])
+        response = _search_response(result, snap, body.explain, await _view_version(snap, tenant))
+        response.request_id = request_id
+        return response
 
     # -------------------------------------------------------------- catalog
 
@@ -456,6 +464,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
             raise _no_such_server(name)
         metrics.catalog_updates.labels("delete").inc()
         return ServerChange(name=name, changed=True, tools=outcome.tools, index_version=outcome.version)
+
+    install_usage_routes(app, state, tenant_of, snapshot_of)
 
     # -------------------------------------------------------------- probes
 

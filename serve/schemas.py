@@ -199,6 +199,8 @@ class SearchResponse(BaseModel):
                                      description="Servers the request named explicitly, if any.")
     index_version: int = Field(description=_VERSION_TEXT, examples=[3])
     model: ModelInfo = Field(description="The scorer model that produced the probabilities.")
+    request_id: str | None = Field(None, description="Quote it in POST /v1/feedback to say which tool was called "
+                                                     "for this request (the X-Request-ID header's value).")
 
 
 # ------------------------------------------------------------------ /v1/servers
