@@ -234,15 +234,29 @@ class _TextVectors:
 
 
 _VECTORS = _TextVectors()
+_TOOL_VECTORS: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_TOOL_VECTORS_SIZE = 20_000
+_TOOL_LOCK = threading.Lock()
 
 
 def learned_vector(index: Any, tool: Any, requests: Iterable[str]) -> np.ndarray:
     """The tool's vector for a tenant: the normalised centroid of its indexed passages and its
     learned requests (each request one passage, as shipped example requests are)."""
-    texts = tool_passages(tool, with_examples=index.with_examples) + [r for r in requests if r.strip()]
-    vecs = _VECTORS.encode(index.encoder, texts)
-    centroid = vecs.mean(0)
-    return centroid / max(float(np.linalg.norm(centroid)), 1e-12)
+    requests = tuple(r for r in requests if r.strip())
+    key = (str(getattr(index.encoder, "name", id(index.encoder))), index.with_examples, tool.content_hash(), requests)
+    with _TOOL_LOCK:
+        found = _TOOL_VECTORS.get(key)
+        if found is not None:
+            _TOOL_VECTORS.move_to_end(key)
+            return found
+    texts = tool_passages(tool, with_examples=index.with_examples) + list(requests)
+    centroid = _VECTORS.encode(index.encoder, texts).mean(0)
+    vec = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
+    with _TOOL_LOCK:
+        _TOOL_VECTORS[key] = vec
+        while len(_TOOL_VECTORS) > _TOOL_VECTORS_SIZE:
+            _TOOL_VECTORS.popitem(last=False)
+    return vec
 
 
 def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: str, need: str | None = None,
