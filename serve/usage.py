@@ -225,6 +225,44 @@ class UsageBook:
         return int(n)
 
 
+# ------------------------------------------------------------------ PUT /v1/servers/{name}?write_examples=true
+
+
+def written_examples(settings: Any, name: str, description: str, tools: Sequence[Any],
+                     given: dict[str, list[str]] | None) -> tuple[dict[str, list[str]], str]:
+    """Example requests for the tools of a PUT sent without any (written, or from the cache), merged with
+    ``given``; and a note saying what happened. A failing endpoint leaves tools without examples.
+
+    Raises:
+        ServiceError: 422 when no LLM endpoint is configured.
+    """
+    from retrieval.catalog import Catalog, Tool
+    from retrieval.index_examples import llm_client, write_examples
+
+    from .errors import ServiceError
+
+    given = dict(given or {})
+    todo = Catalog([Tool(name, t.name, t.description, t.input_schema, description)
+                    for t in tools if not given.get(t.name)], {name: description})
+    root = Path(settings.index_dir) if getattr(settings, "index_dir", None) is not None else \
+        Path(tempfile.gettempdir()) / "toolrank-examples"
+    root.mkdir(parents=True, exist_ok=True)
+    cache = root / "examples-cache.jsonl"
+    try:
+        client = llm_client()
+    except ValueError as exc:
+        raise ServiceError(422, "write_examples_unavailable",
+                           f"write_examples needs an LLM endpoint on the service: {exc}") from None
+    with client:
+        outcome = write_examples(todo, client, cache)
+    for t in outcome.catalog:
+        if t.examples:
+            given[t.name] = list(t.examples)
+    if outcome.missing:
+        log.warning("PUT %s: %s", name, outcome.format())
+    return given, outcome.format()
+
+
 # ------------------------------------------------------------------ HTTP routes
 
 
