@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from retrieval.catalog import ToolId
 from retrieval.jsonl import dumps_line, read_jsonl
@@ -44,7 +45,7 @@ from retrieval.usage import DEFAULT_LIMIT, LearnedExamples
 
 from .index_store import IndexStore, StoreError
 
-__all__ = ["TenantUsage", "UsageBook", "FeedbackOutcome", "tenant_folder", "usage_root_for", "install_usage_routes",
+__all__ = ["GatewayUsage", "TenantUsage", "UsageBook", "FeedbackOutcome", "tenant_folder", "usage_root_for", "install_usage_routes",
            "main"]
 
 log = logging.getLogger(__name__)
@@ -439,3 +440,58 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(book.remove(tenant, tid, a.request) for tid in list(learned) if tid.server == a.server)
     print(f"removed {n} learned example request(s) of tenant {tenant!r}")
     return 0 if n else 1
+
+
+# ------------------------------------------------------------------ the MCP gateway (one user)
+
+
+class GatewaySettings(BaseSettings):
+    """``TOOLRANK_LEARN_FROM_USE=0`` switches learning off for ``toolrank mcp``."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", extra="ignore")
+    learn_from_use: bool = True
+
+
+class GatewayUsage:
+    """What the gateway's ``find_tools`` offered recently, and learning from its ``call_tool`` results
+    (tenant ``local``, stored beside the gateway's index folder)."""
+
+    def __init__(self, root: str | Path, *, recent: int = 20):
+        self.book = UsageBook(root)
+        self._recent: list[tuple[str, Offer]] = []
+        self._n = 0
+        self._max = recent
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_index(cls, index_dir: str | Path | None) -> "GatewayUsage | None":
+        if index_dir is None or not GatewaySettings().learn_from_use:
+            return None
+        index_dir = Path(index_dir)
+        return cls(index_dir.with_name(index_dir.name + "-usage"))
+
+    def learned(self) -> LearnedExamples | None:
+        return self.book.learned(LOCAL_TENANT)
+
+    def offered(self, request: str, need: str | None, result: Any) -> None:
+        if result is None:
+            return
+        with self._lock:
+            self._n += 1
+            rid = f"find-{self._n}"
+            self._recent = (self._recent + [(rid, Offer(request, need, tuple(t.tool_id for t in result.tools),
+                                                        time.time()))])[-self._max:]
+        self.book.offered(LOCAL_TENANT, rid, request, need, [t.tool_id for t in result.tools])
+
+    def called(self, server: str, tool: str, result: Any) -> None:
+        """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool."""
+        tid = ToolId(server, tool)
+        with self._lock:
+            recent = [(rid, o) for rid, o in self._recent if time.time() - o.at <= self.book.offer_ttl_s]
+        if not recent:
+            return
+        rid, offer = next(((r, o) for r, o in reversed(recent) if tid in o.tools), recent[-1])
+        try:
+            self.book.feedback(LOCAL_TENANT, offer, rid, tid, not bool(getattr(result, "isError", False)))
+        except Exception:   # learning must never break a call
+            log.warning("could not record the call to %s for learning", tid, exc_info=True)
