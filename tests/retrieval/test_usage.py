@@ -70,3 +70,20 @@ def test_gateway_learns_a_successful_call_to_a_found_tool_only(tmp_path, monkeyp
     assert (tmp_path / "idx-usage").is_dir()
     events = usage.book.tenant("local").events()
     assert [(e["offered"], e["learned"]) for e in events] == [(False, False), (True, False), (True, True)]
+
+
+def test_toolrank_examples_list_and_remove(tmp_path, capsys):
+    import time
+
+    from retrieval.cli import main
+    from serve.usage import Offer, UsageBook
+
+    book = UsageBook(tmp_path / "store" / "usage")
+    (tmp_path / "store" / "CURRENT").write_text("v1\n")          # a service index store
+    book.feedback("acme", Offer("why is the cluster yellow", None, (SHARDS,), time.time()), "r1", SHARDS, True)
+    assert main(["examples", "list", "--store", str(tmp_path / "store")]) == 0
+    assert "[acme] Elasticsearch / get_shards  (1)" in capsys.readouterr().out
+    assert main(["examples", "remove", "--store", str(tmp_path / "store"), "--tenant", "acme",
+                 "--server", "Elasticsearch", "--tool", "get_shards"]) == 0
+    assert main(["examples", "remove", "--store", str(tmp_path / "store"), "--tenant", "acme", "--all"]) == 1
+    assert main(["examples", "remove", "--store", str(tmp_path / "store")]) == 2   # says what to give
