@@ -79,6 +79,7 @@ def test_toolrank_examples_list_and_remove(tmp_path, capsys):
     from serve.usage import Offer, UsageBook
 
     book = UsageBook(tmp_path / "store" / "usage")
+    (tmp_path / "store").mkdir(exist_ok=True)
     (tmp_path / "store" / "CURRENT").write_text("v1\n")          # a service index store
     book.feedback("acme", Offer("why is the cluster yellow", None, (SHARDS,), time.time()), "r1", SHARDS, True)
     assert main(["examples", "list", "--store", str(tmp_path / "store")]) == 0
