@@ -97,6 +97,10 @@ def cmd_index(a: argparse.Namespace) -> int:
         return _index_qdrant(a, backend)
     if a.recreate:
         raise ValueError("--recreate rebuilds a Qdrant collection; with the embedded backend --out is replaced anyway")
+    if (a.dry_run or a.examples_cache) and not a.write_examples:
+        raise ValueError("--dry-run and --examples-cache go with --write-examples")
+    if a.write_examples and a.no_examples:
+        raise ValueError("--write-examples and --no-examples contradict each other: give one")
     if a.mcp_config:
         return _index_mcp(a)
     if a.out is None:
@@ -104,14 +108,53 @@ def cmd_index(a: argparse.Namespace) -> int:
     cat = load_catalog(a.catalog)
     if a.examples:
         cat = cat.with_examples(load_examples(a.examples))
+    status = 0
+    if a.write_examples:
+        cat, status = _write_examples(a, cat, a.examples_cache or _cache_beside(a.out))
+        if cat is None:
+            return 0
     index = ToolIndex.build(cat, with_examples=not a.no_examples, show_progress=True)
     out = index.save(a.out)
     print(f"indexed {len(cat)} tools from {len(cat.servers)} servers into {out}")
-    return 0
+    return status
+
+
+def _cache_beside(path: Path) -> Path:
+    from .index_examples import cache_beside
+    return cache_beside(path)
+
+
+def _write_examples(a: argparse.Namespace, cat, cache: Path):
+    """``(catalog with example requests, exit status)``, or ``(None, 0)`` after a dry run.
+    Status 1 when the endpoint failed for some tools (they are indexed without examples)."""
+    from .index_examples import format_dry_run, llm_client, plan_examples, write_examples
+
+    if a.dry_run:
+        print(format_dry_run(plan_examples(cat, cache)))
+        return None, 0
+    plan = plan_examples(cat, cache)
+    print(plan.format())
+    if not plan.todo:
+        client = None
+    else:
+        try:
+            client = llm_client()
+        except ValueError as exc:
+            raise ValueError(f"--write-examples: {exc}") from None
+    if client is None:
+        outcome = write_examples(cat, None, cache)
+    else:
+        with client:
+            outcome = write_examples(cat, client, cache, show_progress=True)
+    print(outcome.format() + f" (cache: {cache})")
+    return outcome.catalog, 1 if outcome.missing else 0
 
 
 def _index_qdrant(a: argparse.Namespace, backend) -> int:
     """`toolrank index --backend qdrant --catalog FILE [--recreate]`: build the collection."""
+    if a.write_examples:
+        raise ValueError("--write-examples builds embedded indexes only for now; write the examples with "
+                         "--backend embedded, or with `toolrank generate examples`, then pass --examples FILE")
     from .catalog import load_catalog, load_examples
     from .qdrant_index import QdrantToolIndex
 
@@ -141,6 +184,7 @@ def _index_mcp(a: argparse.Namespace) -> int:
     install_log_redaction()
     report = index_mcp_config(a.mcp_config, a.index, timeout_s=a.timeout)
     print(redact(report.format()))
+    examples_status = _mcp_examples(a, report.path) if a.write_examples else 0
     # Absolute paths: the client starts toolrank from a folder of its own choosing.
     args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + \
         (["--index", str(Path(report.path).resolve())] if a.index else [])
@@ -148,7 +192,24 @@ def _index_mcp(a: argparse.Namespace) -> int:
     command = shutil.which("toolrank") or "toolrank"
     print("next: add toolrank to your MCP client's configuration:\n"
           + json.dumps({"mcpServers": {"toolrank": {"command": command, "args": args}}}))
-    return 1 if report.failed else 0
+    return 1 if report.failed or examples_status else 0
+
+
+def _mcp_examples(a: argparse.Namespace, path: Path) -> int:
+    """Example requests for the harvested index's tools that have none, then the index saved again."""
+    from .index import ToolIndex
+
+    index = ToolIndex.load(path)
+    cat, status = _write_examples(a, index.catalog, a.examples_cache or _cache_beside(path))
+    if cat is None:
+        return 0
+    changed = [s for s in cat.servers
+               if [t.examples for t in cat.server_tools(s)] != [t.examples for t in index.catalog.server_tools(s)]]
+    for server in changed:
+        index.upsert_server(server, cat.server_descriptions.get(server, ""), cat.server_tools(server))
+    if changed:
+        index.save(path)
+    return status
 
 
 def cmd_search(a: argparse.Namespace) -> int:
@@ -266,6 +327,7 @@ FORWARDED = {
     "generate": ("training.generate", "generate examples, questions and judgments through an LLM"),
     "data": ("training.dataset", "validate or summarise the shipped data set"),
     "serve": ("serve.cli", "run the HTTP service"),
+    "examples": ("serve.usage", "list or remove example requests learned from use (toolrank examples list|remove)"),
     "mcp": ("serve.mcp_server", "run toolrank as an MCP server (find_tools; call_tool as a gateway with --mcp-config)"),
 }
 
@@ -289,6 +351,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=30.0,
                    help="with --mcp-config: seconds for each server to start and list its tools (default 30)")
     s.add_argument("--recreate", action="store_true", help="with --backend qdrant: replace an existing collection")
+    g = s.add_argument_group("example requests written at index time (docs/day-one.md)")
+    g.add_argument("--write-examples", action="store_true",
+                   help="write 5 example requests for each tool that has none, through the LLM endpoint of "
+                        "$TOOLRANK_LLM_BASE_URL / $TOOLRANK_LLM_MODEL (cached by the tool's content hash; resumable)")
+    g.add_argument("--dry-run", action="store_true",
+                   help="with --write-examples: print how many tools need examples and an estimate of tokens")
+    g.add_argument("--examples-cache", type=Path, metavar="FILE",
+                   help="with --write-examples: the cache JSONL (default: <index folder>.examples.jsonl)")
     _add_backend(s)
     s.set_defaults(func=cmd_index)
 

@@ -101,6 +101,11 @@ class Pipeline:
         if confidence.uses_logit and scorer is None:
             raise ValueError("this confidence model needs a scorer's logits; pass scorer= or a retrieval-only model")
         self.confidence = confidence
+        # Per tool: an index that holds example requests for some tools only (a user's catalog
+        # with generated or learned examples) scores the tools without any with the model
+        # fitted for indexes without examples.
+        self.confidence_noex = self._noex_confidence(scorer) if not self._confidence_given and index.with_examples \
+            else None
         self.tokens = token_counter or TokenCounter()
         self._matchers_version = -1
         self._catalog_tokens: dict[tuple, int] = {}
@@ -126,6 +131,16 @@ class Pipeline:
             log.warning("scorer at %s has no combiner.json: using retrieval-only confidence", path)
         own = default_confidence_path(with_examples)
         return ConfidenceModel.load(own if own.exists() else default_confidence_path())
+
+    @staticmethod
+    def _noex_confidence(scorer: "Scorer | None") -> ConfidenceModel | None:
+        """The without-examples confidence model beside the default one, or None where none was fitted."""
+        path = getattr(scorer, "path", None)
+        if scorer is not None and path is not None:
+            p = Path(path) / combiner_file(False)
+            return ConfidenceModel.load(p) if p.exists() else None
+        p = default_confidence_path(False)
+        return ConfidenceModel.load(p) if p.exists() else None
 
     def _refresh_matchers(self) -> None:
         """Name matchers follow catalog updates (cheap to rebuild)."""
@@ -189,18 +204,25 @@ class Pipeline:
         return self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True))
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
-                       named: Sequence[str], mentioned: Sequence[str], catalog: Catalog | None = None) -> np.ndarray:
+                       named: Sequence[str], mentioned: Sequence[str], catalog: Catalog | None = None,
+                       learned: Any = None) -> np.ndarray:
         if not hits:
             return np.zeros(0)
+        catalog = catalog if catalog is not None else self.index.catalog
         logits = None
         if self.confidence.uses_logit:
             n = len(hits) if score_top is None else min(score_top, len(hits))
-            catalog = catalog if catalog is not None else self.index.catalog
             tools = [catalog[h.tool_id] for h in hits[:n]]
             scored = np.asarray(self.scorer.logits(request, need, tools), dtype=np.float64)
             logits = np.full(len(hits), scored.min() if len(scored) else 0.0)
             logits[:n] = scored
-        return self.confidence.probabilities(hits, logits, named, mentioned)
+        p = self.confidence.probabilities(hits, logits, named, mentioned)
+        noex = self.confidence_noex
+        if noex is not None and (logits is not None or not noex.uses_logit):
+            bare = np.array([not catalog[h.tool_id].examples and not (learned and h.tool_id in learned) for h in hits])
+            if bare.any():
+                p = np.where(bare, noex.probabilities(hits, logits, named, mentioned), p)
+        return p
 
     def rank(self, request: str, need: str | None, hits: Sequence[Hit],
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
@@ -230,7 +252,7 @@ class Pipeline:
 
     def search(self, request: str, need: str | None = None, *, eligible: Eligibility | None = None,
                previous: SearchResult | Any | None = None, k: int | None = None, explain: bool = False,
-               fmt: Format = "mcp", policy: Policy | None = None) -> SearchResult:
+               fmt: Format = "mcp", policy: Policy | None = None, learned: Any = None) -> SearchResult:
         """Find the tools that fit ``request`` among the eligible ones, and decide.
 
         Args:
@@ -243,6 +265,8 @@ class Pipeline:
             explain: attach per-tool explanations.
             fmt: definition format: "mcp", "openai" or "anthropic".
             policy: thresholds for this call (e.g. the tenant's), else the pipeline's.
+            learned: the tenant's example requests learned from use
+                (:class:`~retrieval.usage.LearnedExamples`); they change this search only.
         Raises:
             ValueError: empty request, k < 1, unknown format.
         """
@@ -270,7 +294,12 @@ class Pipeline:
         exact = [t for t in exact_names.find(request, eligible) if t in catalog]
 
         # retrieval may already see a newer version: keep only the tools this snapshot has
-        hits = [h for h in self.index.retrieve(request, need, search_eligible, k=policy.candidates) if h.tool_id in catalog]
+        if learned:
+            from .usage import retrieve_with_learned
+            hits = retrieve_with_learned(self.index, learned, request, need, search_eligible, k=policy.candidates)
+        else:
+            hits = self.index.retrieve(request, need, search_eligible, k=policy.candidates)
+        hits = [h for h in hits if h.tool_id in catalog]
         row_of = {h.tool_id: i for i, h in enumerate(hits)}
         for tid in exact:  # a tool named exactly is always scored, even if retrieval missed it
             if tid not in row_of:
@@ -278,7 +307,7 @@ class Pipeline:
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
         named = registry_names.find(request)
         casual = registry_names.find(request, loose=True)   # "send a slack msg": evidence, not a restriction
-        probs = self._probabilities(request, need, hits, policy.score_top, named, casual, catalog)
+        probs = self._probabilities(request, need, hits, policy.score_top, named, casual, catalog, learned)
         # Named but not connected: only public registry servers can be here.
         absent = [s for s in named if not eligible.allows_server(s)]
 

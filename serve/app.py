@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import anyio
-from fastapi import Depends, FastAPI, Path as PathParam, Request, Response
+from fastapi import Depends, FastAPI, Path as PathParam, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from retrieval.catalog import CatalogError, Tool, ToolId, check_name, tools_from_mcp_list
@@ -246,6 +246,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         raise ValueError("no tenants: pass tenants=, set settings.config, or set auth_disabled=True for development")
     metrics = Metrics()
     state = ServiceState(settings, tenants, metrics)
+    from .usage import UsageBook, install_usage_routes   # learning from use (docs/day-one.md)
+    state.usage = UsageBook(Path(settings.index_dir) / "usage" if settings.index_dir is not None else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -367,13 +369,19 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     async def search(body: SearchRequest, request: Request, tenant: Tenant = Depends(tenant_of),
                      snap: Snapshot = Depends(snapshot_of)) -> SearchResponse:
         pipeline = snap.pipeline
+        learned = state.usage.learned(tenant.name) if tenant.learn_from_use else None
         result = await state.run(
             request, pipeline.search, body.request, body.need,
             eligible=tenant.eligibility, previous=_previous(body.previous, tenant), k=body.k,
-            explain=body.explain, fmt=body.format, policy=_policy(pipeline, tenant))
+            explain=body.explain, fmt=body.format, policy=_policy(pipeline, tenant),
+            **({"learned": learned} if learned else {}))
         result = _visible_result(result, tenant, snap)
         metrics.decisions.labels(result.decision).inc()
-        return _search_response(result, snap, body.explain, await _view_version(snap, tenant))
+        request_id = getattr(request.state, "request_id", None)
+        state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools])
+        response = _search_response(result, snap, body.explain, await _view_version(snap, tenant))
+        response.request_id = request_id
+        return response
 
     # -------------------------------------------------------------- catalog
 
@@ -403,13 +411,17 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                                    for t in tools],
                             index_version=await _view_version(snap, tenant))
 
-    @app.put("/v1/servers/{name}", response_model=ServerChange, tags=["catalog"],
+    @app.put("/v1/servers/{name}", response_model=ServerChange, tags=["catalog"], response_model_exclude_none=True,
              responses={**_ADMIN_ERRORS, 201: {"model": ServerChange, "description": "The server was new."}},
              summary="Add or replace a server from its MCP tools/list result (admin)",
              description="Only tools whose text changed are embedded again. The change is saved as a new "
                          "index version; every worker serves it within the pick-up bound.")
     async def put_server(body: ServerUpdate, response: Response, name: str = ServerName,
-                         tenant: Tenant = Depends(admin_of), engine: Engine = Depends(engine_of)) -> ServerChange:
+                         tenant: Tenant = Depends(admin_of), engine: Engine = Depends(engine_of),
+                         write_examples: bool = Query(False, description="Write 5 example requests for each new or "
+                                                      "changed tool sent without any, through the TOOLRANK_LLM_* "
+                                                      "endpoint (cached by content hash; docs/day-one.md).")
+                         ) -> ServerChange:
         try:
             name = check_name(name, "server name")
         except CatalogError as exc:
@@ -437,6 +449,11 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
             if not round_trips({**t.to_dict(), "examples": (examples or {}).get(t.name, [])}):
                 raise ServiceError(422, "invalid_catalog", f"{where}: tool {t.name!r} cannot be stored as JSON and "
                                    "read back unchanged; send plain JSON text and finite numbers")
+        note = None
+        if write_examples:
+            from .usage import written_examples
+            examples, note = await anyio.to_thread.run_sync(written_examples, settings, name, body.description,
+                                                            tools, examples)
         try:
             outcome = await anyio.to_thread.run_sync(engine.upsert_server, name, body.description, tools, examples)
         except CatalogError as exc:
@@ -444,7 +461,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         metrics.catalog_updates.labels("upsert").inc()
         response.status_code = 201 if outcome.created else 200
         return ServerChange(name=name, created=outcome.created, changed=outcome.changed, tools=outcome.tools,
-                            re_embedded=outcome.re_embedded, index_version=outcome.version)
+                            re_embedded=outcome.re_embedded, index_version=outcome.version, examples_note=note)
 
     @app.delete("/v1/servers/{name}", response_model=ServerChange,
                 responses={**{k: v for k, v in _ADMIN_ERRORS.items() if k != 413}, **_NOT_FOUND},
@@ -456,6 +473,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
             raise _no_such_server(name)
         metrics.catalog_updates.labels("delete").inc()
         return ServerChange(name=name, changed=True, tools=outcome.tools, index_version=outcome.version)
+
+    install_usage_routes(app, state, tenant_of, snapshot_of)
 
     # -------------------------------------------------------------- probes
 

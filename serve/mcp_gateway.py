@@ -272,6 +272,8 @@ class Gateway:
         self.timeout_s = timeout_s
         self.call_timeout_s = call_timeout_s
         self.index_dir = index_dir
+        from .usage import GatewayUsage   # learning from use: successful calls to found tools (docs/day-one.md)
+        self.usage = GatewayUsage.for_index(index_dir)
         self.backends: dict[str, Backend] = {}
         if config is not None:
             self.backends = {name: Backend(spec, timeout_s=timeout_s, on_tools_changed=self._tools_changed)
@@ -458,8 +460,13 @@ class Gateway:
             with self._lock:
                 if self.pipeline is None:
                     return None
-                return self.pipeline.search(request, need, eligible=self.eligible, previous=previous,
-                                            explain=True, fmt="mcp", policy=self.policy)
+                learned = self.usage.learned() if self.usage is not None else None
+                result = self.pipeline.search(request, need, eligible=self.eligible, previous=previous,
+                                              explain=True, fmt="mcp", policy=self.policy,
+                                              **({"learned": learned} if learned else {}))
+            if self.usage is not None:
+                self.usage.offered(request, need, result)
+            return result
         return await anyio.to_thread.run_sync(search)
 
     # ------------------------------------------------------------------ call
@@ -530,7 +537,10 @@ class Gateway:
             send = lambda: conn.session.send_request(  # noqa: E731
                 request, types.CallToolResult, request_read_timeout_seconds=timedelta(seconds=self.call_timeout_s))
             try:
-                return await b.within(conn, send)
+                result = await b.within(conn, send)
+                if self.usage is not None:
+                    await anyio.to_thread.run_sync(self.usage.called, server, tool, result)
+                return result
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                 # The connection had ended before this call (the request never left): start it again, once.
                 b.drop(conn)

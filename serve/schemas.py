@@ -199,6 +199,8 @@ class SearchResponse(BaseModel):
                                      description="Servers the request named explicitly, if any.")
     index_version: int = Field(description=_VERSION_TEXT, examples=[3])
     model: ModelInfo = Field(description="The scorer model that produced the probabilities.")
+    request_id: str | None = Field(None, description="Quote it in POST /v1/feedback to say which tool was called "
+                                                     "for this request (the X-Request-ID header's value).")
 
 
 # ------------------------------------------------------------------ /v1/servers
@@ -282,6 +284,8 @@ class ServerChange(BaseModel):
     re_embedded: int = Field(0, ge=0, description="Tools whose text changed and were embedded again.")
     index_version: int = Field(description="Index version that includes the change; every worker serves "
                                            "it within the store's pick-up bound.", examples=[4])
+    examples_note: str | None = Field(None, description="With write_examples: how many tools got example requests "
+                                                        "written or from the cache, and which were left without.")
 
 
 # ------------------------------------------------------------------ errors and probes

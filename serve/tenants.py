@@ -15,6 +15,7 @@ A tenants file is TOML or JSON with a ``tenants`` list::
     tools = [["GitHub", "create_issue"], ["Slack", "post_message"]]   # optional narrowing
     rate_per_s = 5                    # optional: at most 5 requests a second per worker ...
     burst = 20                        # ... with bursts of up to 20 (429 and Retry-After beyond)
+    learn_from_use = false            # optional: do not learn example requests from its calls (default true)
     [tenants.policy]                  # optional threshold overrides
     proceed_threshold = 0.7
     floor = 0.2
@@ -65,6 +66,7 @@ class Tenant:
     policy: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     rate_per_s: float | None = None   # requests a second per worker (None: unlimited)
     burst: int | None = None          # bucket size (default: one second's worth, at least 1)
+    learn_from_use: bool = True       # successful calls to offered tools become its example requests
 
     @property
     def sees_everything(self) -> bool:
@@ -114,6 +116,7 @@ class _TenantSpec(BaseModel):
     policy: _PolicySpec = Field(default_factory=_PolicySpec)
     rate_per_s: float | None = Field(None, gt=0, le=100_000)
     burst: int | None = Field(None, ge=1, le=1_000_000)
+    learn_from_use: bool = True
 
     @model_validator(mode="after")
     def _hashes(self) -> "_TenantSpec":
@@ -173,7 +176,7 @@ class Tenants:
             )
             burst = t.burst if t.burst is not None or t.rate_per_s is None else max(1, math.ceil(t.rate_per_s))
             tenant = Tenant(t.name, eligibility, t.admin, t.policy.model_dump(exclude_none=True),
-                            rate_per_s=t.rate_per_s, burst=burst)
+                            rate_per_s=t.rate_per_s, burst=burst, learn_from_use=t.learn_from_use)
             for h in t.key_sha256:
                 if h in by_hash:
                     raise TenantConfigError(

@@ -1,0 +1,184 @@
+"""Example requests written at index time, for the user's own tools (docs/day-one.md).
+
+``toolrank index ... --write-examples`` and ``PUT /v1/servers/{name}?write_examples=true`` ask
+the configured LLM endpoint (``TOOLRANK_LLM_BASE_URL``, ``TOOLRANK_LLM_MODEL``,
+``TOOLRANK_LLM_API_KEY``: the generator's settings) for five example requests per tool that has
+none, with the generator's prompt (the shipped style, :mod:`training.prompting`).
+
+Written examples go to a cache, a JSONL file of ``{"server", "tool", "hash", "examples"}`` rows,
+keyed by the tool's content hash without examples: a tool whose name, description, schema and
+server description are unchanged is never written again, and an interrupted run resumes where
+it stopped (each finished tool is appended at once). When the endpoint fails, the tools it
+could not do are indexed without examples, and :class:`ExampleOutcome` says which and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .catalog import Catalog, Tool, ToolId
+from .jsonl import read_jsonl
+
+__all__ = ["ExamplePlan", "ExampleOutcome", "bare_hash", "load_cache", "plan_examples", "write_examples",
+           "OUTPUT_TOKENS_PER_EXAMPLE"]
+
+OUTPUT_TOKENS_PER_EXAMPLE = 30     # a shipped example request is ~20 words; JSON quoting on top
+
+
+def bare_hash(tool: Tool) -> str:
+    """The tool's content hash without its example requests: what the cache is keyed by."""
+    return tool.with_examples(()).content_hash()
+
+
+def load_cache(path: str | Path) -> dict[tuple[str, str, str], list[str]]:
+    """``(server, tool, hash) -> examples`` of a cache file (empty when there is none).
+
+    Raises:
+        ValueError: a line that is not a cache row (names the file and line).
+    """
+    path = Path(path)
+    if not path.exists():
+        return {}
+    out = {}
+    for lineno, row in read_jsonl(path):
+        try:
+            ex = row["examples"]
+            if not isinstance(ex, list) or not all(isinstance(e, str) for e in ex):
+                raise TypeError("examples")
+            out[(row["server"], row["tool"], row["hash"])] = ex
+        except (KeyError, TypeError):
+            raise ValueError(f"{path}, line {lineno}: not an example cache row ({{server, tool, hash, examples}}); "
+                             "remove the line or use another --examples-cache") from None
+    return out
+
+
+def _siblings(catalog: Catalog, tool: Tool) -> list[Tool]:
+    return [t for t in catalog.server_tools(tool.server) if t.id != tool.id][:40]
+
+
+@dataclass
+class ExamplePlan:
+    """What a run would do: the tools to write for, those the cache already has, and the cost."""
+
+    todo: list[Tool]
+    cached: dict[ToolId, list[str]]
+    own: int                      # tools that came with example requests of their own
+    input_tokens: int
+    output_tokens: int
+
+    def format(self) -> str:
+        return (f"{len(self.todo)} tool(s) need example requests ({len(self.cached)} cached, {self.own} have their "
+                f"own): about {self.input_tokens:,} prompt tokens and {self.output_tokens:,} completion tokens "
+                f"({len(self.todo)} requests)")
+
+
+def plan_examples(catalog: Catalog, cache: str | Path, *, n: int = 5) -> ExamplePlan:
+    """Which tools of ``catalog`` need example requests written (no request is sent)."""
+    from training.prompting import example_messages
+
+    from .tokens import TokenCounter
+
+    rows = load_cache(cache)
+    todo, cached, own = [], {}, 0
+    for tool in catalog:
+        if tool.examples:
+            own += 1
+            continue
+        found = rows.get((tool.server, tool.name, bare_hash(tool)))
+        if found is not None:
+            cached[tool.id] = found
+        else:
+            todo.append(tool)
+    counter = TokenCounter()
+    tokens_in = sum(counter.count_text(m["content"]) + 4 for t in todo
+                    for m in example_messages(t, _siblings(catalog, t), n))
+    return ExamplePlan(todo, cached, own, tokens_in, len(todo) * (n * OUTPUT_TOKENS_PER_EXAMPLE + 10))
+
+
+@dataclass
+class ExampleOutcome:
+    """The catalog with every example request there is, and what happened."""
+
+    catalog: Catalog
+    written: int                  # tools written by the endpoint this run
+    cached: int                   # tools whose examples came from the cache
+    missing: list[ToolId] = field(default_factory=list)   # tools left without examples
+    error: str | None = None      # why the endpoint stopped, when it did
+
+    def format(self) -> str:
+        text = f"example requests: {self.written} tool(s) written, {self.cached} from the cache"
+        if self.missing:
+            text += (f"; {len(self.missing)} tool(s) indexed WITHOUT example requests"
+                     + (f" because the endpoint failed: {self.error}" if self.error else "")
+                     + " (the index is usable; rerun to write them)")
+        return text
+
+
+def write_examples(catalog: Catalog, client: Any, cache: str | Path, *, n: int = 5, temperature: float = 0.8,
+                   concurrency: int = 4, attempts: int = 3, show_progress: bool = False) -> ExampleOutcome:
+    """Write example requests for the tools of ``catalog`` that have none (cached by content hash).
+
+    Never raises for the endpoint: its failure leaves those tools without examples, and says so.
+    """
+    from training.generate import _ask, _JsonlOutput, _row_key, _run
+    from training.llm import GenerationError
+    from training.prompting import example_messages, parse_examples
+
+    plan = plan_examples(catalog, cache, n=n)
+    out = _JsonlOutput(cache, _row_key("server", "tool", "hash", needs=("examples",)))
+
+    def work(tool: Tool) -> list[dict]:
+        examples = _ask(client, example_messages(tool, _siblings(catalog, tool), n),
+                        lambda text: parse_examples(text, n), temperature=temperature, attempts=attempts)
+        return [{"server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "examples": examples}]
+
+    error = None
+    written = 0
+    if plan.todo:
+        try:
+            stats = _run(plan.todo, work, out, total=len(plan.todo), skipped=0, concurrency=concurrency,
+                         show_progress=show_progress, desc="example requests")
+            written = stats.done
+        except GenerationError as exc:
+            error = str(exc)
+        except Exception as exc:   # a broken connection or an odd reply: the index must still be built
+            error = f"{type(exc).__name__}: {exc}"
+    rows = load_cache(cache)
+    examples: dict[ToolId, list[str]] = {}
+    missing = []
+    for tool in catalog:
+        if tool.examples:
+            continue
+        found = rows.get((tool.server, tool.name, bare_hash(tool)))
+        if found is None:
+            missing.append(tool.id)
+        else:
+            examples[tool.id] = found
+    if error is not None:
+        written = len(examples) - len(plan.cached)
+    return ExampleOutcome(catalog.with_examples(examples, strict=False), written, len(plan.cached), missing, error)
+
+
+def llm_client(concurrency: int = 4) -> Any:
+    """A chat client from the ``TOOLRANK_LLM_*`` settings.
+
+    Raises:
+        ValueError: the endpoint is not configured (the message names the variables).
+    """
+    from training.llm import ChatClient, LLMConfig
+
+    return ChatClient(LLMConfig.from_env(), max_connections=max(1, concurrency))
+
+
+def format_dry_run(plan: ExamplePlan) -> str:
+    return "dry run, nothing written: " + plan.format()
+
+
+def cache_beside(path: str | Path) -> Path:
+    """The default cache of an index folder: ``<folder>.examples.jsonl`` beside it (the folder is
+    replaced whole on every save)."""
+    path = Path(path)
+    return path.with_name(path.name + ".examples.jsonl")
+

@@ -1,0 +1,497 @@
+"""Learning from use: which offered tool was called for a request, kept per tenant.
+
+A search records what it offered (the tenant, the request id, the request and the tools);
+feedback on that request id (``POST /v1/feedback``, or the MCP gateway's ``call_tool``) records
+the call, and a *successful* call to an *offered* tool makes the request a learned example of
+that tool for that tenant (:mod:`retrieval.usage`). A failed call, or a call to a tool that was
+not offered, is recorded and not learned from.
+
+Storage, per tenant, under a usage root (``<TOOLRANK_INDEX_DIR>/usage`` for the service,
+``<index>-usage`` beside the gateway's index)::
+
+    <root>/t-<sha256(tenant)[:16]>/tenant.json        {"tenant": name}
+    <root>/t-.../v1/ v2/ ... CURRENT .lock             learned examples: an IndexStore (atomic, versioned)
+    <root>/t-.../feedback.jsonl                        every feedback event, learned or not
+
+One tenant's folder is never read for another tenant's search, so what one tenant teaches
+cannot change another's answers.
+
+The offers ledger is kept in memory (the last ``offers`` searches, at most ``offer_ttl_s`` old)
+by the worker that answered the search: send feedback to the same worker (one worker, or
+sticky sessions), or it is answered 404 ``unknown_request_id``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from retrieval.catalog import ToolId
+from retrieval.jsonl import dumps_line, read_jsonl
+from retrieval.usage import DEFAULT_LIMIT, LearnedExamples
+
+from .index_store import IndexStore, StoreError
+
+__all__ = ["GatewayUsage", "TenantUsage", "UsageBook", "FeedbackOutcome", "tenant_folder", "usage_root_for", "install_usage_routes",
+           "main"]
+
+log = logging.getLogger(__name__)
+
+LOCAL_TENANT = "local"     # the MCP gateway's one user
+
+
+def tenant_folder(name: str) -> str:
+    """A tenant's folder name: a hash, so any tenant name is a safe folder name."""
+    return "t-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+
+
+def usage_root_for(path: str | Path) -> Path:
+    """The usage root of a service index store (``DIR/usage``) or of a gateway index folder
+    (``DIR-usage`` beside it); a folder that already is a usage root is returned as it is."""
+    path = Path(path)
+    if (path / "usage").is_dir() or (path / "CURRENT").exists():
+        return path / "usage"
+    if (path / "manifest.json").exists():
+        return path.with_name(path.name + "-usage")
+    return path
+
+
+class TenantUsage:
+    """One tenant's learned examples (an :class:`IndexStore` of :class:`LearnedExamples`) and feedback log."""
+
+    def __init__(self, root: str | Path, tenant: str, *, limit: int = DEFAULT_LIMIT, refresh_s: float = 1.0):
+        self.tenant = tenant
+        self.root = Path(root) / tenant_folder(tenant)
+        self.root.mkdir(parents=True, exist_ok=True)
+        marker = self.root / "tenant.json"
+        if not marker.exists():
+            marker.write_text(json.dumps({"tenant": tenant}, ensure_ascii=False), encoding="utf-8")
+        self.store = IndexStore(self.root, LearnedExamples.load, keep=3)
+        self.limit = limit
+        self.refresh_s = refresh_s
+        self._lock = threading.RLock()
+        self._version: int | None = None
+        self._learned = LearnedExamples(limit=limit)
+        self._checked = 0.0
+
+    @property
+    def feedback_path(self) -> Path:
+        return self.root / "feedback.jsonl"
+
+    def learned(self, *, fresh: bool = False) -> LearnedExamples:
+        """The newest published learned examples (re-read at most every ``refresh_s`` unless ``fresh``)."""
+        now = time.monotonic()
+        if not fresh and now - self._checked < self.refresh_s:
+            return self._learned
+        try:
+            version = self.store.current_version()
+        except StoreError:
+            version = -1
+        if version is not None and version != self._version:
+            try:
+                version, found, _ = self.store.load_newest_readable()
+            except StoreError:
+                log.warning("tenant %r: learned examples cannot be read; searching without them", self.tenant)
+                found = LearnedExamples(limit=self.limit)
+            with self._lock:
+                self._version, self._learned = version, found
+        self._checked = now
+        return self._learned
+
+    def change(self, fn: Any) -> tuple[LearnedExamples, Any]:
+        """Apply ``fn(learned) -> (new, info)`` to the newest version under the store's lock; publish if changed."""
+        with self._lock, self.store.write_lock():
+            self.store.clean_leftovers()
+            current = self.learned(fresh=True)
+            new, info = fn(current)
+            if new != current:
+                version = self.store.publish(new)
+                self._version, self._learned = version, new
+            return self._learned, info
+
+    def record(self, event: dict[str, Any]) -> None:
+        """Append one feedback event (under the store's lock: one line per event, whole)."""
+        line = dumps_line(event) + "\n"
+        with self._lock, self.store.write_lock():
+            with open(self.feedback_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.feedback_path.exists():
+            return []
+        return [row for _, row in read_jsonl(self.feedback_path)]
+
+
+@dataclass(frozen=True)
+class Offer:
+    request: str
+    need: str | None
+    tools: tuple[ToolId, ...]
+    at: float
+
+
+@dataclass(frozen=True)
+class FeedbackOutcome:
+    learned: bool
+    reason: str
+    examples: int          # learned examples the tool has now (for this tenant)
+
+
+class UsageBook:
+    """Every tenant's usage under one root, and the in-memory ledger of recent offers."""
+
+    def __init__(self, root: str | Path | None = None, *, limit: int = DEFAULT_LIMIT, offers: int = 10_000,
+                 offer_ttl_s: float = 3600.0):
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="toolrank-usage-"))
+        self.limit = limit
+        self.max_offers = offers
+        self.offer_ttl_s = offer_ttl_s
+        self._tenants: dict[str, TenantUsage] = {}
+        self._offers: OrderedDict[tuple[str, str], Offer] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def tenant(self, name: str) -> TenantUsage:
+        with self._lock:
+            found = self._tenants.get(name)
+            if found is None:
+                found = self._tenants[name] = TenantUsage(self.root, name, limit=self.limit)
+            return found
+
+    def learned(self, tenant: str) -> LearnedExamples | None:
+        """The tenant's learned examples, or None when it has none (searches then take the shared path)."""
+        if not (self.root / tenant_folder(tenant)).exists():
+            return None
+        found = self.tenant(tenant).learned()
+        return found if len(found) else None
+
+    def offered(self, tenant: str, request_id: str | None, request: str, need: str | None,
+                tools: Sequence[tuple[str, str]]) -> None:
+        if not request_id:
+            return
+        offer = Offer(request, need, tuple(ToolId(*t) for t in tools), time.time())
+        with self._lock:
+            self._offers[(tenant, request_id)] = offer
+            self._offers.move_to_end((tenant, request_id))
+            while len(self._offers) > self.max_offers:
+                self._offers.popitem(last=False)
+
+    def offer(self, tenant: str, request_id: str) -> Offer | None:
+        with self._lock:
+            found = self._offers.get((tenant, request_id))
+        if found is None or time.time() - found.at > self.offer_ttl_s:
+            return None
+        return found
+
+    def feedback(self, tenant: str, offer: Offer, request_id: str, tool_id: tuple[str, str], success: bool, *,
+                 learn: bool = True, error: str | None = None) -> FeedbackOutcome:
+        """Record one call after an offer; learn the request when the call succeeded on an offered tool."""
+        tid = ToolId(*tool_id)
+        was_offered = tid in offer.tools
+        if not success:
+            reason = "the call failed: recorded, not learned from"
+        elif not was_offered:
+            reason = "the tool was not among those offered for this request: recorded, not learned from"
+        elif not learn:
+            reason = "learning from use is switched off for this tenant: recorded, not learned from"
+        else:
+            reason = "learned: the request is now an example request of this tool for you"
+        usage = self.tenant(tenant)
+        learned_now = success and was_offered and learn
+        if learned_now:
+            current, _ = usage.change(lambda cur: (cur.add(tid, offer.request), None))
+        else:
+            current = usage.learned()
+        usage.record({"at": round(time.time(), 3), "request_id": request_id, "request": offer.request,
+                      "server": tid.server, "tool": tid.tool, "outcome": "success" if success else "error",
+                      "error": error, "offered": was_offered, "learned": learned_now})
+        return FeedbackOutcome(learned_now, reason, len(current.get(tid, ())))
+
+    def remove(self, tenant: str, tool_id: tuple[str, str] | None = None, request: str | None = None) -> int:
+        if not (self.root / tenant_folder(tenant)).exists():
+            return 0
+        _, n = self.tenant(tenant).change(lambda cur: cur.remove(tool_id, request))
+        return int(n)
+
+
+# ------------------------------------------------------------------ PUT /v1/servers/{name}?write_examples=true
+
+
+def written_examples(settings: Any, name: str, description: str, tools: Sequence[Any],
+                     given: dict[str, list[str]] | None) -> tuple[dict[str, list[str]], str]:
+    """Example requests for the tools of a PUT sent without any (written, or from the cache), merged with
+    ``given``; and a note saying what happened. A failing endpoint leaves tools without examples.
+
+    Raises:
+        ServiceError: 422 when no LLM endpoint is configured.
+    """
+    from retrieval.catalog import Catalog, Tool
+    from retrieval.index_examples import llm_client, write_examples
+
+    from .errors import ServiceError
+
+    given = dict(given or {})
+    todo = Catalog([Tool(name, t.name, t.description, t.input_schema, description)
+                    for t in tools if not given.get(t.name)], {name: description})
+    root = Path(settings.index_dir) if getattr(settings, "index_dir", None) is not None else \
+        Path(tempfile.gettempdir()) / "toolrank-examples"
+    root.mkdir(parents=True, exist_ok=True)
+    cache = root / "examples-cache.jsonl"
+    try:
+        client = llm_client()
+    except ValueError as exc:
+        raise ServiceError(422, "write_examples_unavailable",
+                           f"write_examples needs an LLM endpoint on the service: {exc}") from None
+    with client:
+        outcome = write_examples(todo, client, cache)
+    for t in outcome.catalog:
+        if t.examples:
+            given[t.name] = list(t.examples)
+    if outcome.missing:
+        log.warning("PUT %s: %s", name, outcome.format())
+    return given, outcome.format()
+
+
+# ------------------------------------------------------------------ HTTP routes
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    request_id: str = Field(min_length=1, max_length=200, description="The request_id of the /v1/search answer.")
+    server: str = Field(min_length=1, max_length=200, description="The server of the tool the agent called.")
+    tool: str = Field(min_length=1, max_length=200, description="The tool the agent called.")
+    outcome: Literal["success", "error"] = Field(description="Whether the call succeeded.")
+    error: str | None = Field(None, max_length=2000, description="The error, when the call failed (recorded).")
+
+
+class FeedbackResponse(BaseModel):
+    recorded: bool = Field(True, description="The call was recorded (always true on 200).")
+    learned: bool = Field(description="Whether the request became an example request of the tool.")
+    reason: str = Field(description="Why it was, or was not, learned from.")
+    examples: int = Field(description="Example requests this tool has now learned for you.")
+
+
+class LearnedExampleOut(BaseModel):
+    request: str = Field(description="The request, as it was searched.")
+    learned_at: float = Field(description="Unix time of its latest successful use.")
+    uses: int = Field(description="Successful calls merged into it (near-duplicate requests count as one).")
+
+
+class LearnedTool(BaseModel):
+    server: str = Field(description="The tool's server.")
+    tool: str = Field(description="The tool.")
+    examples: list[LearnedExampleOut] = Field(description="Its learned example requests, oldest first.")
+
+
+class LearnedList(BaseModel):
+    learning: bool = Field(description="Whether this tenant learns from use (tenants file: learn_from_use).")
+    tools: list[LearnedTool] = Field(description="Tools with learned example requests.")
+
+
+class Removed(BaseModel):
+    removed: int = Field(description="How many learned example requests were removed.")
+
+
+def install_usage_routes(app: Any, state: Any, tenant_of: Any, snapshot_of: Any) -> None:
+    """``POST /v1/feedback``, ``GET /v1/examples``, ``DELETE /v1/examples[/{server}/{tool}]``."""
+    from fastapi import Depends, Query
+
+    from .errors import ServiceError
+
+    def book() -> UsageBook:
+        return state.usage
+
+    def _learning(tenant: Any) -> bool:
+        return bool(getattr(tenant, "learn_from_use", True))
+
+    @app.post("/v1/feedback", response_model=FeedbackResponse, tags=["learning"],
+              summary="Which tool the agent called for a search, and whether it worked",
+              description="A successful call to a tool that the search offered makes the search's request an "
+                          "example request of that tool, for the caller only. Failed calls and tools that were "
+                          "not offered are recorded, not learned from.")
+    async def feedback(body: FeedbackRequest, tenant: Any = Depends(tenant_of),
+                       snap: Any = Depends(snapshot_of)) -> FeedbackResponse:
+        import anyio
+
+        offer = book().offer(tenant.name, body.request_id)
+        if offer is None:
+            raise ServiceError(404, "unknown_request_id",
+                               f"no search of yours with request_id {body.request_id!r} in the last "
+                               f"{book().offer_ttl_s / 60:g} minutes on this worker; send feedback for a recent "
+                               "/v1/search answer, quoting its request_id")
+        outcome = await anyio.to_thread.run_sync(
+            lambda: book().feedback(tenant.name, offer, body.request_id, (body.server, body.tool),
+                                    body.outcome == "success", learn=_learning(tenant), error=body.error))
+        return FeedbackResponse(learned=outcome.learned, reason=outcome.reason, examples=outcome.examples)
+
+    @app.get("/v1/examples", response_model=LearnedList, tags=["learning"],
+             summary="The example requests learned from your use")
+    async def list_examples(tenant: Any = Depends(tenant_of)) -> LearnedList:
+        learned = book().learned(tenant.name) or LearnedExamples()
+        tools = [LearnedTool(server=t.server, tool=t.tool, examples=[LearnedExampleOut(**e.to_dict()) for e in ex])
+                 for t, ex in sorted(learned.items()) if tenant.sees_tool(t)]
+        return LearnedList(learning=_learning(tenant), tools=tools)
+
+    @app.delete("/v1/examples", response_model=Removed, tags=["learning"],
+                summary="Forget every example request learned from your use")
+    async def delete_all(tenant: Any = Depends(tenant_of)) -> Removed:
+        import anyio
+        return Removed(removed=await anyio.to_thread.run_sync(book().remove, tenant.name))
+
+    @app.delete("/v1/examples/{server}/{tool}", response_model=Removed, tags=["learning"],
+                summary="Forget a tool's learned example requests (one, with ?request=)")
+    async def delete_tool(server: str, tool: str, request: str | None = Query(None, max_length=2000),
+                          tenant: Any = Depends(tenant_of)) -> Removed:
+        import anyio
+        n = await anyio.to_thread.run_sync(book().remove, tenant.name, (server, tool), request)
+        if not n:
+            raise ServiceError(404, "no_learned_examples",
+                               f"you have no learned example requests for {server!r} / {tool!r}"
+                               + (" matching that request" if request else "") + "; GET /v1/examples lists them")
+        return Removed(removed=n)
+
+
+# ------------------------------------------------------------------ CLI: toolrank examples list|remove
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="toolrank examples",
+                                description="List or remove example requests learned from use.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (("list", "list learned example requests"), ("remove", "remove learned example requests")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("--store", type=Path, required=True,
+                       help="the service's index store (TOOLRANK_INDEX_DIR), the gateway's index folder, or a "
+                            "usage folder")
+        s.add_argument("--tenant", default=None, help=f"tenant name (default: every tenant for list; "
+                                                      f"{LOCAL_TENANT!r}, the gateway's, for remove)")
+        s.add_argument("--server", help="only this server's tools")
+        s.add_argument("--tool", help="only this tool (with --server)")
+        if name == "remove":
+            s.add_argument("--request", help="only this learned request (exact text, as listed)")
+            s.add_argument("--all", action="store_true", help="every learned example of the tenant")
+        else:
+            s.add_argument("--json", action="store_true")
+    return p
+
+
+def _tenants(root: Path) -> list[str]:
+    out = []
+    for child in sorted(root.glob("t-*")):
+        try:
+            out.append(json.loads((child / "tenant.json").read_text(encoding="utf-8"))["tenant"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    root = usage_root_for(a.store)
+    if not root.is_dir():
+        print(f"toolrank examples: {a.store} holds no learned examples (looked in {root})", file=sys.stderr)
+        return 2
+    if a.tool and not a.server:
+        print("toolrank examples: --tool needs --server", file=sys.stderr)
+        return 2
+    book = UsageBook(root)
+    if a.command == "list":
+        names = [a.tenant] if a.tenant else _tenants(root)
+        rows = []
+        for name in names:
+            learned = book.learned(name) or LearnedExamples()
+            for tid, ex in sorted(learned.items()):
+                if (a.server and tid.server != a.server) or (a.tool and tid.tool != a.tool):
+                    continue
+                rows.append({"tenant": name, "server": tid.server, "tool": tid.tool,
+                             "examples": [e.to_dict() for e in ex]})
+        if a.json:
+            print(json.dumps(rows, indent=1, ensure_ascii=False))
+        else:
+            for r in rows:
+                print(f"[{r['tenant']}] {r['server']} / {r['tool']}  ({len(r['examples'])})")
+                for e in r["examples"]:
+                    print(f"    {e['uses']}x  {e['request']}")
+            if not rows:
+                print("no learned example requests")
+        return 0
+    tenant = a.tenant or LOCAL_TENANT
+    if not a.all and not a.server:
+        print("toolrank examples remove: give --server (and --tool, --request) or --all", file=sys.stderr)
+        return 2
+    if a.all:
+        n = book.remove(tenant)
+    elif a.tool:
+        n = book.remove(tenant, (a.server, a.tool), a.request)
+    else:
+        learned = book.learned(tenant) or LearnedExamples()
+        n = sum(book.remove(tenant, tid, a.request) for tid in list(learned) if tid.server == a.server)
+    print(f"removed {n} learned example request(s) of tenant {tenant!r}")
+    return 0 if n else 1
+
+
+# ------------------------------------------------------------------ the MCP gateway (one user)
+
+
+class GatewaySettings(BaseSettings):
+    """``TOOLRANK_LEARN_FROM_USE=0`` switches learning off for ``toolrank mcp``."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", extra="ignore")
+    learn_from_use: bool = True
+
+
+class GatewayUsage:
+    """What the gateway's ``find_tools`` offered recently, and learning from its ``call_tool`` results
+    (tenant ``local``, stored beside the gateway's index folder)."""
+
+    def __init__(self, root: str | Path, *, recent: int = 20):
+        self.book = UsageBook(root)
+        self._recent: list[tuple[str, Offer]] = []
+        self._n = 0
+        self._max = recent
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_index(cls, index_dir: str | Path | None) -> "GatewayUsage | None":
+        if index_dir is None or not GatewaySettings().learn_from_use:
+            return None
+        index_dir = Path(index_dir)
+        return cls(index_dir.with_name(index_dir.name + "-usage"))
+
+    def learned(self) -> LearnedExamples | None:
+        return self.book.learned(LOCAL_TENANT)
+
+    def offered(self, request: str, need: str | None, result: Any) -> None:
+        if result is None:
+            return
+        with self._lock:
+            self._n += 1
+            rid = f"find-{self._n}"
+            self._recent = (self._recent + [(rid, Offer(request, need, tuple(t.tool_id for t in result.tools),
+                                                        time.time()))])[-self._max:]
+        self.book.offered(LOCAL_TENANT, rid, request, need, [t.tool_id for t in result.tools])
+
+    def called(self, server: str, tool: str, result: Any) -> None:
+        """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool."""
+        tid = ToolId(server, tool)
+        with self._lock:
+            recent = [(rid, o) for rid, o in self._recent if time.time() - o.at <= self.book.offer_ttl_s]
+        if not recent:
+            return
+        rid, offer = next(((r, o) for r, o in reversed(recent) if tid in o.tools), recent[-1])
+        try:
+            self.book.feedback(LOCAL_TENANT, offer, rid, tid, not bool(getattr(result, "isError", False)))
+        except Exception:   # learning must never break a call
+            log.warning("could not record the call to %s for learning", tid, exc_info=True)
