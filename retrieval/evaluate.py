@@ -125,8 +125,10 @@ def pipeline_rerankers(stages: Sequence[str], pipe: Any = None, retrieval_only: 
             raise ValueError("the 'logit' stage needs a scorer model (not --no-model)")
 
         def logit_alone(request, need, hits, eligible):
-            z = np.asarray(pipe.scorer.logits(request, need, [pipe.index.catalog[h.tool_id] for h in hits]))
-            return [hits[i].tool_id for i in np.argsort(-z, kind="stable")]
+            # the logit re-ranks the candidates the pipeline scores (the first score_top); the rest follow
+            n = len(hits) if score_top is None else min(score_top, len(hits))
+            z = np.asarray(pipe.scorer.logits(request, need, [pipe.index.catalog[h.tool_id] for h in hits[:n]]))
+            return [hits[i].tool_id for i in np.argsort(-z, kind="stable")] + [h.tool_id for h in hits[n:]]
         out["logit"] = logit_alone
     if "retrieval-confidence" in stages:
         out["retrieval-confidence"] = ranked_by(retrieval_only)

@@ -85,8 +85,18 @@ QUESTION_MODES = ("request", "need", "abstain")   # lists built from the labelle
 MODES = QUESTION_MODES + ("nofit",)               # + lists of requests written to have no tool
 
 
+def _logits(scorer, request: str, need: str | None, index: ToolIndex, hits, score_top: int | None) -> np.ndarray:
+    """The logits the pipeline would use: the first ``score_top`` scored, the rest at their lowest."""
+    n = len(hits) if score_top is None else min(score_top, len(hits))
+    scored = np.asarray(scorer.logits(request, need, [index.catalog[h.tool_id] for h in hits[:n]]), dtype=np.float64)
+    out = np.full(len(hits), scored.min() if len(scored) else 0.0)
+    out[:n] = scored
+    return out
+
+
 def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,
-            modes: tuple[str, ...] = QUESTION_MODES, show_progress: bool = True) -> Collected:
+            modes: tuple[str, ...] = QUESTION_MODES, show_progress: bool = True,
+            score_top: int | None = None) -> Collected:
     out = Collected()
     # The shipped catalog is the public registry here, as in the pipeline's default set-up.
     registry = ServerMentionMatcher(index.catalog.servers)
@@ -104,14 +114,14 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
                 continue
             logits = None
             if scorer is not None:
-                logits = scorer.logits(q.query, need, [index.catalog[h.tool_id] for h in hits])
+                logits = _logits(scorer, q.query, need, index, hits, score_top)
             y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
             out.add(candidate_features(hits, logits, named, mentioned), y, mode)
     return out
 
 
 def collect_nofit(index: ToolIndex, requests: list, scorer=None, *, k: int = 100, out: Collected | None = None,
-                  show_progress: bool = True) -> Collected:
+                  show_progress: bool = True, score_top: int | None = None) -> Collected:
     """Lists of requests written to have no fitting tool (every server eligible): all negatives.
 
     The simulation (``abstain``) removes a labelled server from a request written *for* it;
@@ -128,7 +138,7 @@ def collect_nofit(index: ToolIndex, requests: list, scorer=None, *, k: int = 100
         hits = index.retrieve(r.query, None, None, k=k)
         if not hits:
             continue
-        logits = scorer.logits(r.query, None, [index.catalog[h.tool_id] for h in hits]) if scorer is not None else None
+        logits = _logits(scorer, r.query, None, index, hits, score_top) if scorer is not None else None
         out.add(candidate_features(hits, logits, registry.find(r.query), registry.find(r.query, loose=True)),
                 np.zeros(len(hits)), "nofit")
     return out
@@ -192,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nofit", type=Path, help="requests written to have no tool (training/data/nofit.jsonl): "
                    "their lists join the first stage's fit as mode 'nofit'")
     p.add_argument("--nofit-split", default="train", help="which split of --nofit to fit on (default: train)")
+    p.add_argument("--score-top", type=int, help="score only the first N candidates, as the pipeline's policy does")
     p.add_argument("--calibrate-on", default="request,need",
                    help="lists the second stage (list calibration) is fitted on; 'none' to skip it")
     a = p.parse_args(argv)
@@ -207,12 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.model:
         from scorer import Scorer
         scorer = Scorer.load(a.model, threads=a.threads)
-    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES))
+    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES), score_top=a.score_top)
     if "nofit" in modes and not a.nofit:
         p.error("--modes nofit needs --nofit FILE")
     if a.nofit:
         from retrieval.abstention import load_nofit
-        collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col)
+        collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col, score_top=a.score_top)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
     kind = "without" if a.no_examples else "with"
