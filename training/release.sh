@@ -1,26 +1,54 @@
 #!/usr/bin/env bash
-# Turn a training run into a shipped model folder:
-#   export (int8, 7-bit weights) -> int8-vs-fp32 gate on dev lists -> exact-integer check
-#   -> confidence models (with and without example requests; real no-fit lists of the train split)
-#   -> dev eval.
-#   training/release.sh runs/ce-distill/final models/toolrank-reranker [extra export flags]
+# Turn a distillation run into a shipped model folder, end to end:
+#   full-precision weights kept (safetensors, fp16) -> export (int8, 7-bit weights) ->
+#   int8-vs-fp32 gate on dev lists -> exact-integer check -> frontier on dev (speed x quality) ->
+#   confidence models (with and without example requests; real no-fit lists of the train split) ->
+#   proceed threshold on dev -> every test figure (benchmarks/ablation.py).
+#
+#   training/release.sh runs/ce-long/best models/toolrank-reranker [extra export flags]
+#
+# SCORE_TOP (default 20): candidates the cross-encoder scores, as the shipped Policy does;
+# CAL_QUESTIONS (default 400): dev questions the confidence models are fitted on.
 set -euo pipefail
 src=$1; out=$2; shift 2
 export HF_HUB_OFFLINE=1
-nofit="$(dirname "$0")/data/nofit.jsonl"
-# The training-data hash comes from the run's train_args.json (what it really trained on).
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+nofit="$here/data/nofit.jsonl"
+top="${SCORE_TOP:-20}"
+limit="${CAL_QUESTIONS:-400}"
+results="$root/benchmarks/results"
+
+# 1. The full-precision student, kept so no release starts again from a quantised graph.
+python - "$src" "$out/weights" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+import training.modeling  # noqa: F401  (the mean-pooling model class)
+src, dest = Path(sys.argv[1]), Path(sys.argv[2])
+model = AutoModelForSequenceClassification.from_pretrained(src, num_labels=1).to(torch.float16)
+shutil.rmtree(dest, ignore_errors=True)
+model.save_pretrained(dest, safe_serialization=True)
+AutoTokenizer.from_pretrained(src).save_pretrained(dest)
+shutil.copy(src / "train_args.json", dest / "train_args.json")
+print(f"full-precision (fp16) weights: {dest}")
+PY
+# 2. Export int8 (the weights folder moves aside while the export replaces the model folder).
+keep=$(mktemp -d); mv "$out/weights" "$keep/weights"
 python -m training.export "$src" "$out" --overwrite --name "$(basename "$out")" "$@"
-# int8 must not cost quality: the same checkpoint in fp32 against the int8 folder on dev lists (fails the release)
+mv "$keep/weights" "$out/weights"
+# 3. int8 must not cost quality: the same checkpoint in fp32 against the int8 folder on dev lists.
 fp32=$(mktemp -d)/fp32
 python -m training.export "$src" "$fp32" --quantize none --name fp32-reference "$@"
 python -m training.int8 gate "$fp32" "$out" --out "$out/int8_gate.json"
 python -m training.int8 check "$out" > /dev/null
-python -m training.calibrate --model "$out" --modes request,need,abstain,nofit --nofit "$nofit"
-python -m training.calibrate --model "$out" --no-examples --modes request,need,abstain,nofit --nofit "$nofit"
-toolrank eval --split dev --model "$out" --stages hybrid,logit,retrieval-confidence,scorer --json > "$out/dev_eval.json"
-python - "$out/dev_eval.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-for s, m in r["stages"].items():
-    print(f"{s:22s} top1 {m['top1']:.3f} top5 {m['top5']:.3f}")
-PY
+# 4. The confidence models and the scorer-alone calibration, on the logits the pipeline really has.
+python -m training.calibrate --model "$out" --limit "$limit" --score-top "$top" --modes request,need,abstain,nofit --nofit "$nofit"
+python -m training.calibrate --model "$out" --limit "$limit" --score-top "$top" --no-examples --modes request,need,abstain,nofit --nofit "$nofit"
+# 5. The frontier and the proceed threshold on dev; every test figure.
+python "$root/benchmarks/scorer_frontier.py" --model "$out" --n 100 --timing 30 --json "$results/frontier_dev.json" \
+    | tee "$results/frontier_dev.txt"
+python -m training.thresholds --model "$out" --nofit "$nofit" --limit "$limit" --json "$results/thresholds_dev.json"
+python "$root/benchmarks/ablation.py" --model "$out" --score-top "$top" \
+    --runs test_ex,test_noex,independent_ex,independent_noex,test_nofit,test_abstain
