@@ -93,6 +93,13 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
 
+    def open_fds(self) -> int | None:
+        """Descriptors the server process holds now (Linux; None elsewhere)."""
+        try:
+            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        except OSError:
+            return None
+
     def accept_errors(self) -> int:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return text.count("out of system resource")
@@ -214,12 +221,14 @@ async def probe(base: str, n: int, timeout_s: float) -> dict[str, Any]:
 
 async def attack(server: Server, args: argparse.Namespace) -> list[dict[str, Any]]:
     port = int(server.base.rsplit(":", 1)[1])
-    rows = [{"phase": "before", "held": 0, **await probe(server.base, args.probes, args.timeout)}]
+    rows = [{"phase": "before", "held": 0, "server_fds": server.open_fds(),
+             **await probe(server.base, args.probes, args.timeout)}]
     slow = SlowClients(port, args.slow, args.drip)
     task = asyncio.create_task(slow.run())
     await asyncio.sleep(args.settle)
+    fds = server.open_fds()
     during = await asyncio.wait_for(probe(server.base, args.probes, args.timeout), args.hold_seconds)
-    rows.append({"phase": f"{args.slow} slow", "held": slow.held, **during})
+    rows.append({"phase": f"{args.slow} slow", "held": slow.held, "server_fds": fds, **during})
     remaining = args.hold_seconds - args.settle
     if remaining > 0:
         await asyncio.sleep(min(remaining, 2.0))
@@ -227,7 +236,8 @@ async def attack(server: Server, args: argparse.Namespace) -> list[dict[str, Any
     await asyncio.wait_for(task, 30)
     rows[-1].update(closed_by_server=slow.closed_by_server, connect_failures=slow.connect_failures)
     await asyncio.sleep(1.0)
-    rows.append({"phase": "after", "held": 0, **await probe(server.base, args.probes, args.timeout)})
+    rows.append({"phase": "after", "held": 0, "server_fds": server.open_fds(),
+                 **await probe(server.base, args.probes, args.timeout)})
     return rows
 
 
@@ -238,14 +248,15 @@ def table(results: dict[str, list[dict[str, Any]]], accept_errors: dict[str, int
         fail = f", {m['failed']} failed" if m["failed"] else ""
         return f"{m['p50_ms']} / {m['max_ms']}{fail}"
 
-    lines = ["| server | phase | slow connections held | /healthz p50 / max ms | /v1/search p50 / max ms | "
-             "closed by the server | accept-error log lines |", "|---|---|---|---|---|---|---|"]
+    lines = ["| server | phase | slow connections open (client side) | server's open descriptors | "
+             "/healthz p50 / max ms | /v1/search p50 / max ms | slow connections closed by the server | "
+             "accept-error log lines (whole run) |", "|---|---|---:|---:|---|---|---:|---:|"]
     for name, rows in results.items():
         for r in rows:
             closed = r.get("closed_by_server", "")
             errors = accept_errors.get(name, 0) if r["phase"] == "after" else ""
-            lines.append(f"| {name} | {r['phase']} | {r['held']} | {cell(r['healthz'])} | {cell(r['search'])} | "
-                         f"{closed} | {errors} |")
+            lines.append(f"| {name} | {r['phase']} | {r['held']} | {r.get('server_fds', '')} | {cell(r['healthz'])} | "
+                         f"{cell(r['search'])} | {closed} | {errors} |")
     return "\n".join(lines)
 
 

@@ -213,8 +213,9 @@ def connection_bounds(settings: Any) -> Any:
 
     cap = settings.max_connections
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and cap > soft - 64:  # index files, sockets to Qdrant, logs
-        cap = max(16, soft - 64)
+    headroom = max(128, soft // 8) if soft != resource.RLIM_INFINITY else 0  # model and index files, threads, logs
+    if soft != resource.RLIM_INFINITY and cap > soft - headroom:
+        cap = max(16, soft - headroom)
         sys.stderr.write(f"note: max_connections {settings.max_connections} is above the file-descriptor limit "
                          f"({soft}): capped at {cap} (raise it with `ulimit -n`)\n")
     return ConnectionBounds(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
