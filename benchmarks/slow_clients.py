@@ -45,9 +45,12 @@ REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"  # loopback only, by construction
 KEY = "slow-clients-bench-key"
 
+# The service as it ran before issue 24: uvicorn's own protocol and the event loop's own error log.
 UNBOUNDED = """
 import sys, uvicorn
+import serve.app
 from serve.logs import log_config
+serve.app.install_quiet_accept_errors = lambda loop: None
 uvicorn.run("serve.app:create_app", factory=True, host="127.0.0.1", port=int(sys.argv[1]),
             log_config=log_config("warning"), access_log=False, server_header=False)
 """

@@ -180,20 +180,27 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
-    def warn(self, msg: str, *args: Any, key: str | None = None) -> bool:
-        """Log ``msg % args`` unless the same ``key`` (default: ``msg``) was logged less than ``every_s``
-        ago; returns whether it logged."""
-        key = msg if key is None else key
+    def admit(self, key: str) -> int | None:
+        """None when ``key`` was let through less than ``every_s`` ago (counted as suppressed); else
+        the number suppressed since it was last let through."""
         now = self.clock()
         last = self._last.get(key)
         if last is not None and now - last < self.every_s:
             self._suppressed[key] = self._suppressed.get(key, 0) + 1
-            return False
+            return None
         self._last[key] = now
-        skipped = self._suppressed.pop(key, 0)
-        if skipped and last is not None:
-            msg += f" ({skipped} more like it in the last {now - last:.0f} s were not logged)".replace("%", "%%")
-        self.logger.warning(msg, *args)
+        return self._suppressed.pop(key, 0)
+
+    def note(self, skipped: int) -> str:
+        return f" ({skipped} more like it since were not logged)" if skipped else ""
+
+    def warn(self, msg: str, *args: Any, key: str | None = None) -> bool:
+        """Log ``msg % args`` unless the same ``key`` (default: ``msg``) was logged less than ``every_s``
+        ago; returns whether it logged."""
+        skipped = self.admit(msg if key is None else key)
+        if skipped is None:
+            return False
+        self.logger.warning(msg + self.note(skipped).replace("%", "%%"), *args)
         return True
 
 
@@ -202,14 +209,16 @@ _EVICTIONS = RateLimitedLog(log)
 
 def install_quiet_accept_errors(loop: asyncio.AbstractEventLoop, every_s: float = 10.0) -> RateLimitedLog:
     """Rate-limit the event loop's error reports (e.g. ``socket.accept() out of system resource``,
-    reported on every accept attempt while descriptors run out) to one line per kind per ``every_s``."""
-    limited = RateLimitedLog(logging.getLogger("serve.loop"), every_s)
+    reported on every accept attempt while descriptors run out) to one per kind per ``every_s``;
+    the ones let through go to asyncio's default handler, traceback included."""
+    limited = RateLimitedLog(logging.getLogger("asyncio"), every_s)
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         message = str(context.get("message", "event loop error"))
-        exc = context.get("exception")
-        limited.warn("%s" + (": %s" if exc is not None else ""), message, *((exc,) if exc is not None else ()),
-                     key=message)
+        skipped = limited.admit(message)
+        if skipped is None:
+            return
+        loop.default_exception_handler({**context, "message": message + limited.note(skipped)})
 
     loop.set_exception_handler(handler)
     return limited
