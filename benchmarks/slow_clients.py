@@ -204,19 +204,20 @@ async def probe(base: str, n: int, timeout_s: float) -> dict[str, Any]:
         for name, call in (("healthz", lambda: client.get("/healthz")),
                            ("search", lambda: client.post("/v1/search", json={"request": "open an issue about the "
                                                                               "login bug on github"}))):
-            ms, failed = [], 0
+            ms, failed, why = [], 0, {}
             for _ in range(n):
                 t0 = time.perf_counter()
                 try:
                     r = await call()
-                    ok = r.status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
+                    reason = "" if r.status_code == 200 else f"HTTP {r.status_code}"
+                except httpx.HTTPError as exc:
+                    reason = type(exc).__name__
+                if not reason:
                     ms.append((time.perf_counter() - t0) * 1000)
                 else:
                     failed += 1
-            out[name] = {"ok": len(ms), "failed": failed,
+                    why[reason] = why.get(reason, 0) + 1
+            out[name] = {"ok": len(ms), "failed": failed, "failures": why,
                          "p50_ms": round(statistics.median(ms), 1) if ms else None,
                          "max_ms": round(max(ms), 1) if ms else None}
     return out
@@ -246,9 +247,10 @@ async def attack(server: Server, args: argparse.Namespace) -> list[dict[str, Any
 
 def table(results: dict[str, list[dict[str, Any]]], accept_errors: dict[str, int]) -> str:
     def cell(m: dict[str, Any]) -> str:
+        kinds = ", ".join(f"{k} × {v}" for k, v in m.get("failures", {}).items())
         if not m["ok"]:
-            return f"— ({m['failed']} failed)"
-        fail = f", {m['failed']} failed" if m["failed"] else ""
+            return f"— ({m['failed']} failed: {kinds})"
+        fail = f", {m['failed']} failed: {kinds}" if m["failed"] else ""
         return f"{m['p50_ms']} / {m['max_ms']}{fail}"
 
     lines = ["| server | phase | slow connections open (client side) | server's open descriptors | "

@@ -98,7 +98,7 @@ class IndexStore:
                 return False
             raise
         os.close(fd)
-        return True
+        return os.access(self.root, os.W_OK)  # versions are written as new folders beside the lock
 
     @property
     def pointer(self) -> Path:
