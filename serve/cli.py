@@ -166,11 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             QdrantCollection.connect(QdrantConfig(url=settings.qdrant_url, api_key=key, collection=settings.collection))
     except (ValidationError, TenantConfigError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
-        for name, value in previous.items():  # leave the caller's environment as it was
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _restore(previous)
         _remove(cleanup)
         return 2
     for warning in unknown_variables(os.environ):
@@ -195,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         reason = failure.read_text(encoding="utf-8", errors="replace").strip() if failure.exists() else ""
     finally:
+        _restore(previous)  # main() may be called as a function (tests, embedding): leave the environment as it was
         _remove(cleanup)
     if reason:  # a worker failed to start and the service stopped: one line, and the status says so
         sys.stderr.write(f"error: {reason}\n")
@@ -220,6 +217,14 @@ def connection_bounds(settings: Any) -> Any:
                          f"({soft}): capped at {cap} (raise it with `ulimit -n`)\n")
     return ConnectionBounds(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
                             max_connections=cap)
+
+
+def _restore(previous: dict[str, str | None]) -> None:
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _remove(paths: list[Path]) -> None:

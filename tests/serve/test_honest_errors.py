@@ -176,6 +176,7 @@ def test_unknown_toolrank_variables_are_named(monkeypatch, capsys, tenants_file)
     monkeypatch.setenv("TOOLRANK_REQUEST_TIMEOUT", "5")
     assert cli.main(["--config", str(tenants_file)]) == 0
     assert "TOOLRANK_REQUEST_TIMEOUT is not a toolrank setting" in capsys.readouterr().err
+    assert "TOOLRANK_FAIL_FAST" not in os.environ  # main() leaves the caller's environment as it was
 
 
 # ------------------------------------------------------------------ leftovers of kill -9
