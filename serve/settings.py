@@ -103,6 +103,9 @@ class Settings(BaseSettings):
         if self.backend == "embedded" and (self.qdrant_url is not None or self.qdrant_path is not None):
             raise ValueError("a Qdrant URL or path is set but the backend is 'embedded': set TOOLRANK_BACKEND=qdrant "
                              "(--backend qdrant), or unset TOOLRANK_QDRANT_URL / TOOLRANK_QDRANT_PATH")
+        if self.read_only and (self.backend != "embedded" or self.index_dir is None):
+            raise ValueError("read_only serves an existing index folder: pass --index DIR (TOOLRANK_INDEX_DIR) with "
+                             "the embedded backend (a Qdrant collection is shared, not copied)")
         if self.qdrant_url is not None and not self.qdrant_url.startswith(("http://", "https://")):
             raise ValueError(f"TOOLRANK_QDRANT_URL {self.qdrant_url!r} must start with http:// or https://")
         return self

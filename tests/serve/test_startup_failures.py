@@ -125,3 +125,13 @@ def test_an_empty_read_only_store_says_what_it_needs(tmp_path):
     with pytest.raises(StoreError, match="holds no index version"):
         engine.start()
     assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_read_only_needs_an_index_folder(tmp_path):
+    from pydantic import ValidationError
+
+    from serve.settings import Settings
+
+    with pytest.raises(ValidationError, match="--index DIR"):
+        Settings(auth_disabled=True, read_only=True)
+    assert Settings(auth_disabled=True, read_only=True, index_dir=tmp_path).read_only
