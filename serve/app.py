@@ -577,14 +577,20 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 1000 else text[:1000] + "..."
 
 
+startup_failure: str | None = None  # why start-up failed in this process (read by ``toolrank serve``)
+
+
 def _exit_process(reason: str, failure_file: Path | None) -> None:
-    """Stop the process after a start-up failure (``fail_fast``): the reason goes to ``failure_file``
-    (read by ``toolrank serve``, which prints it and exits 3). A uvicorn worker of several exits at once
+    """Stop the process after a start-up failure (``fail_fast``): the reason goes to
+    :data:`startup_failure` and to ``failure_file`` (for a parent process; ``toolrank serve`` prints
+    it and exits 3). A uvicorn worker of several exits at once
     with status 3, which stops the parent; a single process shuts down gracefully (SIGINT to itself)."""
     import multiprocessing
     import os
     import signal
 
+    global startup_failure
+    startup_failure = reason
     if failure_file is not None:
         with contextlib.suppress(OSError):
             Path(failure_file).write_text(reason + "\n", encoding="utf-8")

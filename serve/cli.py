@@ -141,11 +141,13 @@ def main(argv: list[str] | None = None) -> int:
         metrics_dir = Path(tempfile.mkdtemp(prefix=f"toolrank-metrics-{os.getpid()}-"))
         cleanup.append(metrics_dir)
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    fd, failure_file = tempfile.mkstemp(prefix="toolrank-failure-")  # a worker that fails to start writes why
-    os.close(fd)
-    failure = Path(failure_file)
-    cleanup.append(failure)
-    env["TOOLRANK_FAILURE_FILE"] = failure_file
+    failure: Path | None = None
+    if args.workers > 1:  # a worker process that fails to start writes why here (one process: serve.app keeps it)
+        fd, failure_file = tempfile.mkstemp(prefix="toolrank-failure-")
+        os.close(fd)
+        failure = Path(failure_file)
+        cleanup.append(failure)
+        env["TOOLRANK_FAILURE_FILE"] = failure_file
     previous = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
 
@@ -189,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
             timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
             h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         )
-        reason = failure.read_text(encoding="utf-8", errors="replace").strip() if failure.exists() else ""
+        if failure is not None:
+            reason = failure.read_text(encoding="utf-8", errors="replace").strip() if failure.exists() else ""
+        else:
+            reason = getattr(sys.modules.get("serve.app"), "startup_failure", None) or ""
     finally:
         _restore(previous)  # main() may be called as a function (tests, embedding): leave the environment as it was
         _remove(cleanup)
