@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
+import difflib
 import functools
 import hashlib
 import logging
@@ -34,8 +36,9 @@ from retrieval.results import ScoredTool, SearchResult
 from .admission import Admission, QueueFull, RateLimiter, WaitTimedOut
 from .engine import Engine, Snapshot, load_like, rebind
 from .errors import ServiceError, install_error_handlers
-from .index_store import IndexStore
+from .index_store import IndexStore, ReadOnlyStoreError
 from .metrics import CONTENT_TYPE_LATEST, Metrics
+from .protocol import install_quiet_accept_errors
 from .middleware import BodySizeLimit, RequestContext
 from .schemas import (
     MAX_BODY_DEPTH, MAX_NAME_CHARS, MAX_SCHEMA_DEPTH, CandidateScore, ErrorResponse, Health, ModelInfo,
@@ -59,7 +62,10 @@ _ERRORS = {status: {"model": ErrorResponse, "description": text} for status, tex
          "retry after Retry-After seconds.",
 }.items()}
 _READ_ERRORS = {k: v for k, v in _ERRORS.items() if k in (401, 422, 429, 503)}
-_ADMIN_ERRORS = {**_ERRORS, 403: {"model": ErrorResponse, "description": "The key is not an admin key."}}
+_ADMIN_ERRORS = {**_ERRORS, 403: {"model": ErrorResponse, "description": "The key is not an admin key."},
+                 405: {"model": ErrorResponse, "description": "The service serves a read-only copy of the index."},
+                 507: {"model": ErrorResponse, "description": "The index store is out of disk space; nothing "
+                                                              "was changed."}}
 _NOT_FOUND = {404: {"model": ErrorResponse, "description": "No server of that name is available to the caller."}}
 
 ServerName = PathParam(min_length=1, max_length=MAX_NAME_CHARS, description="Server name (URL-encoded).",
@@ -137,9 +143,8 @@ class ServiceState:
             acquire.result()
         except QueueFull as exc:
             self.metrics.rejections.labels("queue_full").inc()
-            raise ServiceError(503, "overloaded",
-                               f"the service is at capacity ({self.admission.running} requests running, "
-                               f"{self.admission.waiting} waiting); retry after {exc.retry_after} s",
+            # No counts: they add up every tenant's requests, which no tenant should be able to watch.
+            raise ServiceError(503, "overloaded", f"the service is at capacity; retry after {exc.retry_after} s",
                                headers={"Retry-After": str(exc.retry_after)}) from None
         except WaitTimedOut:
             raise self._stopped("deadline") from None
@@ -189,7 +194,8 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
 
         store, seed = qdrant_store(state.settings, seed, getattr(pipeline, "index", None))
     else:
-        store = IndexStore(root, load, keep=state.settings.keep_versions)
+        store = IndexStore(root, load, keep=state.settings.keep_versions,
+                           read_only=True if state.settings.read_only else None)
     engine = Engine(store, make, seed)
 
     def on_swap(snap: Snapshot) -> None:
@@ -210,10 +216,41 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
         except (TypeError, ValueError) as exc:
             raise ValueError(f"tenant {tenant.name!r}: policy overrides {tenant.policy} do not fit the "
                              f"pipeline's policy: {exc}; fix the tenants file") from None
+    for warning in allow_list_warnings(state.tenants, engine.snapshot.catalog):
+        log.warning("%s", warning)
+    if getattr(store, "read_only", False):
+        state.notes["read_only"] = "read-only index store: catalog changes are refused"
     state.scorer = scorer
     state.engine = engine
     state.status = "ready"
     state.detail = "" if scorer.get("loaded") else str(scorer.get("detail", "no scorer model loaded"))
+
+
+def allow_list_warnings(tenants: Tenants | None, catalog: Any) -> list[str]:
+    """One line per server or tool that a tenant's allow-list names but the catalog does not have
+    (a misspelling silently hides it from the tenant), with the nearest name when one is close."""
+    if tenants is None:
+        return []
+    servers = set(catalog.servers)
+    tools = {tuple(t.id) for t in catalog.tools}
+    out = []
+    for tenant in tenants.all():
+        for server in sorted(tenant.eligibility.servers or ()):
+            if server not in servers and unicodedata.normalize("NFC", server) not in servers:
+                near = difflib.get_close_matches(server, sorted(servers), n=1, cutoff=0.6)
+                out.append(f"tenant {tenant.name!r}: allowed server {server!r} is not in the catalog"
+                           + (f"; did you mean {near[0]!r}?" if near else " (a typo, or a server not added yet)"))
+        for server, tool in sorted(tenant.eligibility.tools or ()):
+            if (server, tool) in tools:
+                continue
+            if server not in servers:
+                out.append(f"tenant {tenant.name!r}: allowed tool {tool!r} names server {server!r}, which is not in "
+                           "the catalog")
+                continue
+            near = difflib.get_close_matches(tool, sorted(t for s, t in tools if s == server), n=1, cutoff=0.6)
+            out.append(f"tenant {tenant.name!r}: allowed tool {tool!r} is not on server {server!r}"
+                       + (f"; did you mean {near[0]!r}?" if near else ""))
+    return out
 
 
 def _remake_served(state: ServiceState, engine: Engine) -> None:
@@ -261,9 +298,15 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                 # abandon_on_cancel: a shutdown during a long first build does not wait for it
                 await anyio.to_thread.run_sync(_start_engine, state, root, pipeline, abandon_on_cancel=True)
                 log.info("ready: index version %d", state.engine.snapshot.version)
-            except Exception:
-                log.exception("start-up failed: the service stays unready")
+            except Exception as exc:
                 state.status, state.detail = "failed", "the index or the model failed to load; see the server log"
+                if not settings.fail_fast:
+                    log.exception("start-up failed: the service stays unready")
+                    return
+                reason = _one_line(exc)
+                log.error("start-up failed: %s; exiting", reason)
+                log.debug("start-up failure", exc_info=True)
+                _exit_process(f"start-up failed: {reason}", settings.failure_file)
 
         async def poll() -> None:
             while True:
@@ -275,6 +318,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                 except Exception:
                     log.warning("could not pick up a newer index version; retrying", exc_info=True)
 
+        install_quiet_accept_errors(asyncio.get_running_loop())  # one line per kind per 10 s, not thousands
         tasks = [asyncio.create_task(start(), name="toolrank-start"), asyncio.create_task(poll(), name="toolrank-poll")]
         try:
             yield
@@ -297,7 +341,8 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     app.state.toolrank = state
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes, max_depth=MAX_BODY_DEPTH,
-                       depth_hint=f" (an inputSchema may nest at most {MAX_SCHEMA_DEPTH} levels)")
+                       depth_hint=f" (an inputSchema may nest at most {MAX_SCHEMA_DEPTH} levels)",
+                       timeout_s=settings.body_timeout_s)
     app.add_middleware(RequestContext, metrics=metrics)  # outermost: sees every status, 413 included
 
     # -------------------------------------------------------------- dependencies
@@ -351,7 +396,10 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     # -------------------------------------------------------------- scoring and search
 
     @app.post("/v1/score", response_model=ScoreResponse, responses=_ERRORS, tags=["ranking"],
-              summary="Probability that each candidate tool fits the request")
+              summary="The scorer's probability for each (request, candidate tool) pair, alone",
+              description="`scorer_probability` is the cross-encoder's calibrated probability for each pair, with "
+                          "no retrieval evidence: it is not the decision probability of /v1/search (named "
+                          "`probability` there) and differs from it for the same tool.")
     async def score(body: ScoreRequest, request: Request, tenant: Tenant = Depends(tenant_of),
                     snap: Snapshot = Depends(snapshot_of)) -> ScoreResponse:
         if not state.scorer.get("loaded", False):
@@ -361,7 +409,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         probs = [float(p) for p in probs]
         if len(probs) != len(tools) or any(not 0.0 <= p <= 1.0 for p in probs):
             raise RuntimeError(f"scorer returned {len(probs)} values for {len(tools)} candidates, or values outside [0, 1]")
-        return ScoreResponse(scores=[CandidateScore(id=c.id, probability=p) for c, p in zip(body.candidates, probs)],
+        return ScoreResponse(scores=[CandidateScore(id=c.id, scorer_probability=p) for c, p in zip(body.candidates, probs)],
                              model=ModelInfo(**_model_info(snap.pipeline)))
 
     @app.post("/v1/search", response_model=SearchResponse, responses=_ERRORS, tags=["ranking"],
@@ -455,7 +503,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
             examples, note = await anyio.to_thread.run_sync(written_examples, settings, name, body.description,
                                                             tools, examples)
         try:
-            outcome = await anyio.to_thread.run_sync(engine.upsert_server, name, body.description, tools, examples)
+            outcome = await _write(engine.upsert_server, name, body.description, tools, examples)
         except CatalogError as exc:
             raise ServiceError(422, "invalid_catalog", str(exc)) from None
         metrics.catalog_updates.labels("upsert").inc()
@@ -468,7 +516,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                 tags=["catalog"], summary="Remove a server and its tools (admin)")
     async def delete_server(name: str = ServerName, tenant: Tenant = Depends(admin_of),
                             engine: Engine = Depends(engine_of)) -> ServerChange:
-        outcome = await anyio.to_thread.run_sync(engine.remove_server, _stored_name(name, engine.snapshot.catalog))
+        outcome = await _write(engine.remove_server, _stored_name(name, engine.snapshot.catalog))
         if not outcome.changed:
             raise _no_such_server(name)
         metrics.catalog_updates.labels("delete").inc()
@@ -483,6 +531,10 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         if state.status == "failed":
             return JSONResponse({"status": "failed"}, status_code=500)
         return JSONResponse({"status": "ok"})
+
+    @app.head("/healthz", include_in_schema=False)
+    async def healthz_head() -> Response:  # load balancers that probe with HEAD
+        return Response(status_code=500 if state.status == "failed" else 200)
 
     def _is_admin(request: Request) -> bool:
         """Whether the request carries an admin key (probes take no key, but may be given one)."""
@@ -509,14 +561,62 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
              response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
                                                  401: _ERRORS[401], 403: _ADMIN_ERRORS[403]})
     async def prometheus(request: Request) -> Response:
-        if not (settings.metrics_public or settings.auth_disabled):
-            admin_of(tenant_of(request))  # its counters show catalog activity: admins only
+        if not (settings.metrics_public or settings.auth_disabled) and not tenant_of(request).admin:
+            # its counters show catalog activity: admins only
+            raise ServiceError(403, "admin_required", "/metrics needs an admin API key (or metrics_public for a "
+                               "scraper on a private network)")
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
 
 # ------------------------------------------------------------------ helpers
+
+
+_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+async def _write(change: Callable[..., Any], *args: Any) -> Any:
+    """Run a catalog change in a thread; a full disk is a 507 and a read-only store a 405, not a 500."""
+    try:
+        return await anyio.to_thread.run_sync(change, *args)
+    except ReadOnlyStoreError as exc:
+        raise ServiceError(405, "read_only_store", f"this service serves a read-only copy of the index; {exc}",
+                           headers={"Allow": "GET, HEAD"}) from None
+    except OSError as exc:
+        if exc.errno not in _OUT_OF_SPACE:
+            raise
+        log.error("catalog change not saved: the index store is out of disk space (%s)", exc.strerror)
+        raise ServiceError(507, "out_of_space", "the index store is out of disk space: the change was not saved "
+                           "and the catalog is unchanged; retry once space has been freed") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 1000 else text[:1000] + "..."
+
+
+startup_failure: str | None = None  # why start-up failed in this process (read by ``toolrank serve``)
+
+
+def _exit_process(reason: str, failure_file: Path | None) -> None:
+    """Stop the process after a start-up failure (``fail_fast``): the reason goes to
+    :data:`startup_failure` and to ``failure_file`` (for a parent process; ``toolrank serve`` prints
+    it and exits 3). A uvicorn worker of several exits at once
+    with status 3, which stops the parent; a single process shuts down gracefully (SIGINT to itself)."""
+    import multiprocessing
+    import os
+    import signal
+
+    global startup_failure
+    startup_failure = reason
+    if failure_file is not None:
+        with contextlib.suppress(OSError):
+            Path(failure_file).write_text(reason + "\n", encoding="utf-8")
+    if multiprocessing.parent_process() is not None:
+        logging.shutdown()
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _package_version() -> str:

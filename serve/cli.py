@@ -12,6 +12,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main", "build_parser"]
 
@@ -45,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no public-server suggestions on no_fit (skips loading the shipped catalog's index)")
     p.add_argument("--poll-interval", type=float, default=None,
                    help="seconds between checks for a newer index version (default 2)")
+    p.add_argument("--read-only", action="store_true",
+                   help="serve --index without ever writing to it (a read-only copy or replica); catalog changes "
+                        "are refused")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--app", default="serve.app:create_app", metavar="MODULE:FACTORY",
                    help="advanced: the app factory each worker calls (a custom pipeline, tests)")
@@ -73,6 +77,9 @@ def _env_for(args: argparse.Namespace) -> dict[str, str]:
             env[f"TOOLRANK_{name}"] = str(Path(value).resolve())
     if args.no_suggestions:
         env["TOOLRANK_PUBLIC_SUGGESTIONS"] = "0"
+    if args.read_only:
+        env["TOOLRANK_READ_ONLY"] = "1"
+    env["TOOLRANK_FAIL_FAST"] = "1"  # a worker that cannot start exits (status 3) instead of idling unready
     for name, value in (("BACKEND", args.backend), ("QDRANT_URL", args.qdrant_url),
                         ("QDRANT_API_KEY", args.qdrant_api_key), ("COLLECTION", args.collection),
                         ("QDRANT_PATH", args.qdrant_path and Path(args.qdrant_path).resolve())):
@@ -130,16 +137,24 @@ def main(argv: list[str] | None = None) -> int:
         env["TOOLRANK_INDEX_DIR"] = str(store)
         sys.stderr.write(f"note: no --index: catalog changes live in {store} and are lost at exit\n")
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        metrics_dir = Path(tempfile.mkdtemp(prefix="toolrank-metrics-"))
+        _remove_orphaned_metrics_dirs()
+        metrics_dir = Path(tempfile.mkdtemp(prefix=f"toolrank-metrics-{os.getpid()}-"))
         cleanup.append(metrics_dir)
         env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    failure: Path | None = None
+    if args.workers > 1:  # a worker process that fails to start writes why here (one process: serve.app keeps it)
+        fd, failure_file = tempfile.mkstemp(prefix="toolrank-failure-")
+        os.close(fd)
+        failure = Path(failure_file)
+        cleanup.append(failure)
+        env["TOOLRANK_FAILURE_FILE"] = failure_file
     previous = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
 
     # Check settings and tenants here, so a bad file fails once with a clear message.
     from pydantic import ValidationError
 
-    from .settings import Settings
+    from .settings import Settings, unknown_variables
     from .tenants import TenantConfigError, load_tenants
 
     try:
@@ -153,29 +168,98 @@ def main(argv: list[str] | None = None) -> int:
             QdrantCollection.connect(QdrantConfig(url=settings.qdrant_url, api_key=key, collection=settings.collection))
     except (ValidationError, TenantConfigError, ValueError, OSError) as exc:
         sys.stderr.write(f"error: {exc}\n")
-        for name, value in previous.items():  # leave the caller's environment as it was
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        for path in cleanup:
-            shutil.rmtree(path, ignore_errors=True)
+        _restore(previous)
+        _remove(cleanup)
         return 2
+    for warning in unknown_variables(os.environ):
+        sys.stderr.write(f"WARNING: {warning}\n")
+
+    import functools
 
     import uvicorn
 
     from .logs import log_config
+    from .protocol import BoundedH11Protocol
 
+    bounds = connection_bounds(settings)
     try:
         uvicorn.run(
             args.app, factory=True, host=args.host, port=args.port, workers=args.workers,
             log_config=log_config(args.log_level), access_log=False, timeout_graceful_shutdown=30,
             proxy_headers=True, server_header=False,
+            http=functools.partial(BoundedH11Protocol, bounds=bounds),  # type: ignore[arg-type]
+            timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
+            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         )
+        if failure is not None:
+            reason = failure.read_text(encoding="utf-8", errors="replace").strip() if failure.exists() else ""
+        else:
+            reason = getattr(sys.modules.get("serve.app"), "startup_failure", None) or ""
     finally:
-        for path in cleanup:
-            shutil.rmtree(path, ignore_errors=True)
+        _restore(previous)  # main() may be called as a function (tests, embedding): leave the environment as it was
+        _remove(cleanup)
+    if reason:  # a worker failed to start and the service stopped: one line, and the status says so
+        sys.stderr.write(f"error: {reason}\n")
+        return 3
     return 0
+
+
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers (h11 answers 400 beyond)
+
+
+def connection_bounds(settings: Any) -> Any:
+    """The per-worker connection bounds, with the connection cap kept below the descriptor limit."""
+    import resource
+
+    from .protocol import ConnectionBounds
+
+    cap = settings.max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    headroom = max(128, soft // 8) if soft != resource.RLIM_INFINITY else 0  # model and index files, threads, logs
+    if soft != resource.RLIM_INFINITY and cap > soft - headroom:
+        cap = max(16, soft - headroom)
+        sys.stderr.write(f"note: max_connections {settings.max_connections} is above the file-descriptor limit "
+                         f"({soft}): capped at {cap} (raise it with `ulimit -n`)\n")
+    return ConnectionBounds(header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+                            max_connections=cap)
+
+
+def _restore(previous: dict[str, str | None]) -> None:
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _remove_orphaned_metrics_dirs(tmp: Path | None = None) -> list[Path]:
+    """Remove ``toolrank-metrics-<pid>-*`` folders of services that died without cleaning up (kill -9)."""
+    removed = []
+    for path in Path(tmp or tempfile.gettempdir()).glob("toolrank-metrics-*"):
+        pid = path.name.split("-")[2] if path.name.count("-") >= 3 else ""
+        if not pid.isdigit() or _alive(int(pid)) or not path.is_dir():
+            continue  # an older layout without a pid, or a running service
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from retrieval.catalog import CatalogError, confusable_with
 
-from .index_store import IndexStore
+from .index_store import IndexStore, StoreError
 
 __all__ = ["Engine", "Snapshot", "UpdateOutcome", "rebind", "load_like"]
 
@@ -140,6 +140,14 @@ class Engine:
     def start(self) -> Snapshot:
         """Seed the store if it is empty (under the lock: one worker seeds), then serve CURRENT, or
         the newest version that can be read when CURRENT cannot (with a warning)."""
+        if getattr(self.store, "read_only", False):  # a read-only copy: read it, never lock or write
+            if self._empty_store():
+                raise StoreError(f"{self.store.root}: the read-only index store holds no index version; serve a "
+                                 "copy of a seeded store (a CURRENT file and v<N> folders)")
+            version, index = self._load_newest()
+            self._swap(index, version)
+            log.info("serving index version %d from %s (read-only)", version, self.store.root)
+            return self.snapshot
         with self.store.write_lock():
             clean = getattr(self.store, "clean_leftovers", None)  # folder stores leave temporary folders
             if clean is not None:

@@ -66,18 +66,28 @@ _HINTS = {
     "too_short": "send at least the minimum number of items",
     "json_invalid": "send valid JSON with Content-Type: application/json",
     "literal_error": "use one of the allowed values",
+    "int_type": "send a JSON integer (not a string or true/false)",
+    "float_type": "send a JSON number (not a string)",
+    "bool_type": "send true or false (not a string or number)",
+    "string_type": "send a JSON string",
 }
+
+
+MAX_FIELD_ERRORS = 20  # a body of thousands of unknown fields must not get a megabytes-long answer
 
 
 def _readable(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, str]]]:
     fields = []
-    for e in errors:
-        path = _field_path(tuple(e.get("loc", ())))
-        msg = str(e.get("msg", "invalid value"))
+    for e in errors[:MAX_FIELD_ERRORS]:
+        path = _field_path(tuple(e.get("loc", ())))[:200]
+        msg = str(e.get("msg", "invalid value"))[:500]
         hint = _HINTS.get(str(e.get("type", "")))
         fields.append({"path": path, "message": f"{msg}; {hint}" if hint else msg})
     head = fields[0] if fields else {"path": "body", "message": "invalid request"}
-    more = f" (and {len(fields) - 1} more problem(s), see 'fields')" if len(fields) > 1 else ""
+    if len(errors) > MAX_FIELD_ERRORS:
+        more = f" (and {len(errors) - 1} more problem(s); 'fields' lists the first {MAX_FIELD_ERRORS})"
+    else:
+        more = f" (and {len(fields) - 1} more problem(s), see 'fields')" if len(fields) > 1 else ""
     return f"{head['path']}: {head['message']}{more}", fields
 
 

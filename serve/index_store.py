@@ -22,6 +22,7 @@ that crashed half-way (``.v7.tmp-*``, ``.v7.old-*``, ``.CURRENT.tmp-*``) are rem
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -30,7 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-__all__ = ["IndexStore", "StoreError"]
+__all__ = ["IndexStore", "StoreError", "ReadOnlyStoreError"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,13 @@ class StoreError(RuntimeError):
     """The store folder is unusable (unreadable pointer, version folder missing)."""
 
 
+class ReadOnlyStoreError(StoreError):
+    """A change was asked of a store served read-only."""
+
+
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 class IndexStore:
     """A directory of index versions with a ``CURRENT`` pointer.
 
@@ -50,15 +58,47 @@ class IndexStore:
         root: the store folder (created if missing).
         load: reads one saved index folder, e.g. ``ToolIndex.load``.
         keep: how many versions to keep on disk (at least 2, so a lagging reader can finish).
+        read_only: never write to the folder (a read-only copy or replica): no lock file, no
+            seeding, no clean-up; :meth:`write_lock` raises :class:`ReadOnlyStoreError`. ``None``
+            (the default): read-only exactly when the lock file cannot be opened for writing.
+
+    Raises:
+        StoreError: a read-only store folder that does not exist, or a folder that cannot be created.
     """
 
-    def __init__(self, root: str | Path, load: Callable[[Path], Any], *, keep: int = 5):
+    def __init__(self, root: str | Path, load: Callable[[Path], Any], *, keep: int = 5,
+                 read_only: bool | None = None):
         if keep < 2:
             raise ValueError(f"keep={keep}: keep at least 2 versions so readers never lose the one they load")
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
         self._load = load
         self.keep = keep
+        if read_only:
+            if not self.root.is_dir():
+                raise StoreError(f"{self.root}: a read-only index store must be an existing folder (a copy of a "
+                                 "store with a CURRENT file and v<N> folders)")
+        else:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"{self.root}: cannot create the index store folder ({exc.strerror}); pass a "
+                                 "writable folder, or serve an existing copy read-only") from None
+        if read_only is None:
+            read_only = not self._lock_writable()
+            if read_only:
+                log.warning("index store %s is not writable: serving it read-only (catalog changes are refused)",
+                            self.root)
+        self.read_only = bool(read_only)
+
+    def _lock_writable(self) -> bool:
+        try:
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno in _NOT_WRITABLE:
+                return False
+            raise
+        os.close(fd)
+        return os.access(self.root, os.W_OK)  # versions are written as new folders beside the lock
 
     @property
     def pointer(self) -> Path:
@@ -136,7 +176,14 @@ class IndexStore:
 
     @contextlib.contextmanager
     def write_lock(self) -> Iterator[None]:
-        """Exclusive across processes and hosts sharing the folder (fcntl.flock); blocks until held."""
+        """Exclusive across processes and hosts sharing the folder (fcntl.flock); blocks until held.
+
+        Raises:
+            ReadOnlyStoreError: the store is served read-only.
+        """
+        if self.read_only:
+            raise ReadOnlyStoreError(f"{self.root} is served read-only; send catalog changes to the service that "
+                                     "writes the store")
         fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

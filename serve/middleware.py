@@ -6,6 +6,7 @@ Neither ever reads a request body into a log.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -79,8 +80,19 @@ class RequestContext:
                                                    (b"x-request-id", request_id.encode())]}
             await send(message)
 
+        gone = False
+
+        async def receive_wrapper() -> Message:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+            return message
+
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
+            if not response_started and gone:  # the client hung up before any answer: not a server error
+                status = 499
         except Exception:
             route = getattr(scope.get("route"), "path", "unmatched")
             log.exception("unhandled error on %s %s (request_id %s)", scope.get("method"), route, request_id)
@@ -120,19 +132,50 @@ def json_depth(body: bytes) -> int:
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def duplicate_key(body: bytes) -> str | None:
+    """The first key that appears twice in one object of a JSON body (None when there is none, or
+    when the body is not JSON: the parser after this reports that). Without this check the last
+    value would silently win, and a proxy or log reading the first would see another request."""
+    if b'"' not in body or (b"{" not in body):
+        return None
+    try:
+        json.loads(body, object_pairs_hook=_no_duplicates)
+    except _Duplicate as exc:
+        return str(exc.args[0])[:200]
+    except (ValueError, RecursionError):  # not JSON, or too deep (the depth check answers)
+        return None
+    return None
+
+
 class BodySizeLimit:
-    """Refuse bodies above ``max_bytes`` with a 413, before any parsing, and JSON nested deeper
-    than ``max_depth`` with a 422 (so no parser recurses as deep as a hostile body asks).
+    """Refuse bodies above ``max_bytes`` with a 413, before any parsing, JSON nested deeper
+    than ``max_depth`` or with a key repeated in one object with a 422 (so no parser recurses as
+    deep as a hostile body asks), and a body not received within ``timeout_s`` with a 408.
 
     A declared ``Content-Length`` above the limit is refused at once; otherwise the body is read
     (up to the limit) and replayed to the app, so chunked uploads are bounded too.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int | None = None, depth_hint: str = ""):
+    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int | None = None, depth_hint: str = "",
+                 timeout_s: float | None = None):
         self.app = app
         self.max_bytes = max_bytes
         self.max_depth = max_depth
         self.depth_hint = depth_hint
+        self.timeout_s = timeout_s
 
     def _too_large(self, size: str) -> dict[str, Any]:
         return error_body(
@@ -151,9 +194,17 @@ class BodySizeLimit:
             return
         chunks: list[bytes] = []
         size = 0
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while True:
-            message = await receive()
-            if message["type"] != "http.request":  # client went away
+            try:
+                message = await asyncio.wait_for(receive(), None if deadline is None else
+                                                 max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                text = (f"the request body did not arrive within {self.timeout_s:g} s "
+                        f"({size} bytes received); send it at once")
+                await _send_json(send, 408, error_body("request_timeout", text), [(b"connection", b"close")])
+                return
+            if message["type"] != "http.request":  # client went away: nobody to answer
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -163,20 +214,27 @@ class BodySizeLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        body = b"".join(chunks)
         if self.max_depth is not None:
-            depth = json_depth(b"".join(chunks))
+            depth = json_depth(body)
             if depth > self.max_depth:
                 message = f"body: JSON nested {depth} levels deep; the limit is {self.max_depth}{self.depth_hint}"
                 await _send_json(send, 422, error_body("invalid_request", message, None,
                                                        fields=[{"path": "body", "message": message}]))
                 return
+        duplicate = duplicate_key(body)
+        if duplicate is not None:
+            message = f"body: key {duplicate!r} appears twice in one JSON object; send each key once"
+            await _send_json(send, 422, error_body("invalid_request", message, None,
+                                                   fields=[{"path": "body", "message": message}]))
+            return
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)

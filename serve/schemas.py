@@ -46,7 +46,8 @@ def _not_blank(value: str | None, what: str) -> str | None:
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "k": "5" or "k": true is refused, not read as 5 or 1 (an integer field takes integers only)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Body(_Request):
@@ -101,10 +102,20 @@ class ScoreRequest(_Body):
         return _not_blank(v, "need")
 
 
+SCORER_PROBABILITY = (
+    "The scorer's probability for this (request, tool) pair alone: the cross-encoder's calibrated output, with no "
+    "retrieval evidence and no comparison with other tools. Not on the same scale as /v1/search's `probability` "
+    "(which adds retrieval evidence and is calibrated over the ranked list), so the two differ for the same tool; "
+    "use /v1/search's to decide whether to proceed.")
+DECISION_PROBABILITY = (
+    "Decision probability that this tool does what was asked: the cross-encoder's logit combined with retrieval "
+    "evidence (ranks, server mentions) and calibrated over the ranked list; the scale of best_probability and of the "
+    "proceed threshold. Differs from /v1/score's `scorer_probability` (the cross-encoder alone) for the same tool.")
+
+
 class CandidateScore(BaseModel):
     id: str = Field(description="The candidate's id, as sent.", examples=["c1"])
-    probability: float = Field(ge=0.0, le=1.0, description="Calibrated probability that this tool fits the request.",
-                               examples=[0.87])
+    scorer_probability: float = Field(ge=0.0, le=1.0, description=SCORER_PROBABILITY, examples=[0.87])
 
 
 class ModelInfo(BaseModel):
@@ -113,7 +124,7 @@ class ModelInfo(BaseModel):
 
 
 class ScoreResponse(BaseModel):
-    scores: list[CandidateScore] = Field(description="One probability per candidate, in the order sent.")
+    scores: list[CandidateScore] = Field(description="One scorer probability per candidate, in the order sent.")
     model: ModelInfo = Field(description="The model that produced the probabilities.")
 
 
@@ -167,8 +178,7 @@ class SearchRequest(_Body):
 class ToolResult(BaseModel):
     server: str = Field(description="Server name.", examples=["GitHub"])
     tool: str = Field(description="Tool name.", examples=["create_issue"])
-    probability: float = Field(ge=0.0, le=1.0, description="Calibrated probability that this tool fits.",
-                               examples=[0.91])
+    probability: float = Field(ge=0.0, le=1.0, description=DECISION_PROBABILITY, examples=[0.91])
     rank: int = Field(ge=1, description="1 for the best tool.", examples=[1])
     source: str = Field(description="How it got here: ranked, always_available, server_mention or exact_name.",
                         examples=["ranked"])
@@ -188,7 +198,7 @@ class SearchResponse(BaseModel):
                                            "need; no_fit: none of the caller's tools fits.",
                                examples=["proceed"])
     attempt: int = Field(ge=1, description="1 for a first search, 2 for the retry.", examples=[1])
-    best_probability: float = Field(ge=0.0, le=1.0, description="Highest probability among the tools.",
+    best_probability: float = Field(ge=0.0, le=1.0, description="Highest decision probability among the tools.",
                                     examples=[0.91])
     tools: list[ToolResult] = Field(description="Ranked tools, best first.")
     tokens: TokenFigures | None = Field(None, description="Token cost of the answer against the whole catalog.")
@@ -209,7 +219,7 @@ class SearchResponse(BaseModel):
 class McpTool(BaseModel):
     """One tool of an MCP ``tools/list`` result (other MCP fields are accepted and ignored)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS,
                       description="Tool name, unique on the server: printable characters only (no controls, "
                                   "bidi overrides or zero-width characters), one script of look-alike letters, "

@@ -6,16 +6,20 @@ reads the same environment that ``toolrank serve`` prepared for it.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-
-from typing import Literal
+from typing import Literal, Mapping
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "unknown_variables"]
 
 MIB = 1024 * 1024
+
+# TOOLRANK_* variables read elsewhere (model cache, LLM judge, internal hand-over from the CLI).
+OTHER_VARIABLES = frozenset({"TOOLRANK_CACHE", "TOOLRANK_MODELS", "TOOLRANK_LLM_BASE_URL", "TOOLRANK_LLM_API_KEY",
+                             "TOOLRANK_LLM_MODEL"})
 
 
 class Settings(BaseSettings):
@@ -67,6 +71,26 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         30.0, gt=0, le=600, description="Deadline of a scoring or search request, waiting included: past it the "
                                         "work is stopped and the answer is 503 with Retry-After.")
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="A client must send its request line and headers within this many seconds "
+                                        "of connecting (or of its previous response); past it: 408 and close.")
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="A client must send the whole request body within this many seconds of "
+                                         "its headers; past it: 408 and close.")
+    keep_alive_s: float = Field(
+        5.0, gt=0, le=600, description="An idle kept-alive connection is closed after this many seconds.")
+    max_connections: int = Field(
+        1000, ge=16, le=1_000_000, description="Open connections per worker (kept below the file-descriptor limit). "
+                                               "At the cap a new connection evicts the one that has waited longest "
+                                               "for its client; connections being answered are never evicted.")
+    read_only: bool = Field(
+        False, description="Serve the index store without writing to it (a read-only copy or replica): no lock "
+                           "file, no seeding; catalog changes are refused. Detected when the folder is not writable.")
+    fail_fast: bool = Field(
+        False, description="When start-up fails (unreadable store, model, tenants), log one line and exit the "
+                           "process with status 3 instead of staying up unready. `toolrank serve` sets it.")
+    failure_file: Path | None = Field(
+        None, description="Internal (set by `toolrank serve`): where a worker writes why start-up failed.")
     metrics_public: bool = Field(
         False, description="Serve /metrics without a key (for a scraper on a private network); by default it "
                            "needs an admin key, since its counters show catalog activity.")
@@ -79,6 +103,9 @@ class Settings(BaseSettings):
         if self.backend == "embedded" and (self.qdrant_url is not None or self.qdrant_path is not None):
             raise ValueError("a Qdrant URL or path is set but the backend is 'embedded': set TOOLRANK_BACKEND=qdrant "
                              "(--backend qdrant), or unset TOOLRANK_QDRANT_URL / TOOLRANK_QDRANT_PATH")
+        if self.read_only and (self.backend != "embedded" or self.index_dir is None):
+            raise ValueError("read_only serves an existing index folder: pass --index DIR (TOOLRANK_INDEX_DIR) with "
+                             "the embedded backend (a Qdrant collection is shared, not copied)")
         if self.qdrant_url is not None and not self.qdrant_url.startswith(("http://", "https://")):
             raise ValueError(f"TOOLRANK_QDRANT_URL {self.qdrant_url!r} must start with http:// or https://")
         return self
@@ -96,3 +123,16 @@ class Settings(BaseSettings):
                 "TOOLRANK_AUTH_DISABLED) or an open development service (unset TOOLRANK_CONFIG)"
             )
         return self
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One warning per ``TOOLRANK_*`` variable that nothing reads (a misspelling is otherwise silently
+    ignored), with the nearest known name when there is one."""
+    known = {f"TOOLRANK_{name.upper()}" for name in Settings.model_fields} | OTHER_VARIABLES
+    out = []
+    for name in sorted(n for n in environ if n.upper().startswith("TOOLRANK_")):
+        if name.upper() in known:
+            continue
+        near = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.7)
+        out.append(f"{name} is not a toolrank setting and is ignored" + (f"; did you mean {near[0]}?" if near else ""))
+    return out

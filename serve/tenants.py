@@ -88,7 +88,7 @@ DEV_TENANT = Tenant(name="dev", eligibility=Eligibility(), admin=True)
 
 
 class _PolicySpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # admin = "yes", floor = "0.2": refused
     proceed_threshold: float | None = Field(None, ge=0.0, le=1.0)
     floor: float | None = Field(None, ge=0.0, le=1.0)
     min_results: int | None = Field(None, ge=1, le=50)
@@ -107,12 +107,12 @@ class _PolicySpec(BaseModel):
 
 
 class _TenantSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     name: str = Field(min_length=1, max_length=100)
     key_sha256: list[str] = Field(min_length=1)
     admin: bool = False
     servers: Literal["*"] | list[str]
-    tools: list[tuple[str, str]] | None = None
+    tools: list[list[str]] | None = Field(None, description="[server, tool] pairs")
     policy: _PolicySpec = Field(default_factory=_PolicySpec)
     rate_per_s: float | None = Field(None, gt=0, le=100_000)
     burst: int | None = Field(None, ge=1, le=1_000_000)
@@ -124,13 +124,16 @@ class _TenantSpec(BaseModel):
             if len(h) != 64 or any(c not in "0123456789abcdef" for c in h):
                 raise ValueError(f"key_sha256 entry {h[:12]!r}... is not a lowercase SHA-256 hex digest "
                                  "(64 characters); store sha256(key), never the key itself")
+        for pair in self.tools or ():
+            if len(pair) != 2:
+                raise ValueError(f"tools entry {pair[:3]!r} must be a [server, tool] pair")
         if self.burst is not None and self.rate_per_s is None:
             raise ValueError("burst is set without rate_per_s; set rate_per_s (requests a second) too")
         return self
 
 
 class _FileSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     tenants: list[_TenantSpec] = Field(min_length=1)
 
 
@@ -172,7 +175,7 @@ class Tenants:
             names.add(t.name)
             eligibility = Eligibility.of(
                 servers=None if t.servers == "*" else t.servers,
-                tools=t.tools,
+                tools=None if t.tools is None else [(server, tool) for server, tool in t.tools],
             )
             burst = t.burst if t.burst is not None or t.rate_per_s is None else max(1, math.ceil(t.rate_per_s))
             tenant = Tenant(t.name, eligibility, t.admin, t.policy.model_dump(exclude_none=True),

@@ -15,7 +15,7 @@ def test_score_keeps_order_and_probabilities(client):
     assert r.status_code == 200
     body = r.json()
     assert [s["id"] for s in body["scores"]] == ["b", "a", "z"]
-    probs = [s["probability"] for s in body["scores"]]
+    probs = [s["scorer_probability"] for s in body["scores"]]
     assert all(0.0 <= p <= 1.0 for p in probs)
     assert probs[1] > probs[0] and probs[2] == 0.0
     assert body["model"] == {"name": "fake-scorer", "version": "1"}

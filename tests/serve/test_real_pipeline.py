@@ -172,7 +172,7 @@ def test_score_with_the_shipped_scorer(real_pipeline, tmp_path):
         r = c.post("/v1/score", json={"request": "extract structured data from a web page", "candidates": cands},
                    headers=h("k-acme"))
         assert r.status_code == 200
-        probs = [s["probability"] for s in r.json()["scores"]]
+        probs = [s["scorer_probability"] for s in r.json()["scores"]]
         assert len(probs) == len(cands) and all(0 <= p <= 1 for p in probs)
         best = max(range(len(probs)), key=probs.__getitem__)
         assert cands[best]["name"] == "extract-web-data"
