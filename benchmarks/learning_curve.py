@@ -1,0 +1,71 @@
+"""The distillation run's learning curve: dev MRR / rank 1 of the logit alone against pairs seen.
+
+    python benchmarks/learning_curve.py runs/ce-long/curve.jsonl --out benchmarks/results/learning_curve
+
+Reads the ``curve.jsonl`` that ``training/distill.py`` appends at every checkpoint, prints a table
+and writes ``OUT.png`` (and ``OUT.json``, a copy of the rows, so the figure can be remade from the
+repository after the run folder is gone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("curve", type=Path, help="curve.jsonl of a distillation run (or a saved .json copy)")
+    p.add_argument("--out", type=Path, help="write OUT.png and OUT.json")
+    a = p.parse_args(argv)
+    if not a.curve.is_file():
+        p.error(f"{a.curve}: no such file")
+    text = a.curve.read_text(encoding="utf-8")
+    rows = json.loads(text)["rows"] if a.curve.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+    seen, unique = set(), []
+    for r in rows:   # a resumed run re-evaluates the step it resumed at: keep the first
+        if r["step"] not in seen:
+            seen.add(r["step"])
+            unique.append(r)
+    rows = unique
+    sets = sorted({k[: -len("_mrr")] for r in rows for k in r if k.endswith("_mrr")})
+    head = "| step | pairs seen | training minutes | " + " | ".join(f"{s} MRR | {s} rank 1 | {s} top 5" for s in sets) + " |"
+    print(head)
+    print("|" + "---:|" * (3 + 3 * len(sets)))
+    for r in rows:
+        cells = [str(r["step"]), f"{r['pairs']:,}", f"{r['train_minutes']:.0f}"]
+        for s in sets:
+            cells += [f"{r.get(f'{s}_mrr', float('nan')):.3f}", f"{100 * r.get(f'{s}_top1', float('nan')):.1f}",
+                      f"{100 * r.get(f'{s}_top5', float('nan')):.1f}"]
+        print("| " + " | ".join(cells) + " |")
+    if a.out:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for s in sets:
+            ax.plot([r["pairs"] for r in rows], [r[f"{s}_mrr"] for r in rows], marker="o", label=f"{s} MRR")
+            ax.plot([r["pairs"] for r in rows], [r[f"{s}_top1"] for r in rows], marker=".", linestyle="--",
+                    label=f"{s} rank 1")
+        for r in rows:
+            ax.annotate(f"{r['train_minutes']:.0f} min", (r["pairs"], r[f"{sets[0]}_mrr"]), fontsize=7,
+                        textcoords="offset points", xytext=(0, 6), ha="center")
+        ax.set_xlabel("(request, tool) pairs seen")
+        ax.set_ylabel("dev, logit alone over the hybrid's first candidates")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(a.out.with_suffix(".png"), dpi=120)
+        a.out.with_suffix(".json").write_text(json.dumps({"rows": rows}, indent=1))
+        print(f"wrote {a.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
