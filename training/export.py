@@ -386,9 +386,11 @@ def _train_args(source: str) -> dict[str, Any]:
         return {}
     raw = json.loads(path.read_text(encoding="utf-8"))
     found = {}
-    for key in ("max_length", "max_description_chars", "examples", "parameters"):
+    for key in ("max_length", "max_description_chars", "examples", "parameters", "request_tokens"):
         if raw.get(key) not in (None, "", "None"):
             found[key] = int(raw[key])
+    if raw.get("request_cut"):
+        found["request_cut"] = str(raw["request_cut"])
     if raw.get("training_data_hash"):  # the hash of what the run really trained on
         found["training_data_hash"] = str(raw["training_data_hash"])
     return found
