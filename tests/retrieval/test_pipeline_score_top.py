@@ -39,7 +39,8 @@ def test_score_top_must_be_positive():
         Policy(score_top=0)
     with pytest.raises(ValueError, match="got -3"):
         Policy(score_top=-3)
-    assert Policy(score_top=1).score_top == 1 and Policy().score_top is None
+    assert Policy(score_top=1).score_top == 1 and Policy(score_top=None).score_top is None
+    assert Policy().score_top == 20   # the shipped operating point
 
 
 def test_only_the_first_fused_candidates_are_scored(index):
