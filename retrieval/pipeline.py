@@ -49,7 +49,7 @@ class Policy:
     ``search_again`` once, then ``no_fit``.
     """
 
-    proceed_threshold: float = 0.75
+    proceed_threshold: float = 0.85   # chosen on dev for 0.3.0 (Youden J against written no-fit requests)
     floor: float = 0.05                 # tools below this join only to reach min_results
     min_results: int = 5
     max_results: int = 10
