@@ -19,6 +19,7 @@ from typing import Iterable, Literal
 
 import numpy as np
 
+from .fsutil import replace_dir
 from .bm25 import BM25Index
 from .catalog import Catalog, CatalogError, Tool, ToolId
 from .jsonl import dumps_line, read_jsonl
@@ -270,13 +271,7 @@ class ToolIndex:
                 np.save(tmp / "owner.npy", self._dense.owner)
                 (tmp / "manifest.json").write_text(json.dumps(self.manifest(), indent=1, ensure_ascii=False),
                                                    encoding="utf-8")
-                old = None
-                if directory.exists():
-                    old = directory.with_name(f".{directory.name}.old-{os.getpid()}-{time.time_ns()}")
-                    directory.rename(old)
-                tmp.rename(directory)
-                if old is not None:
-                    shutil.rmtree(old, ignore_errors=True)
+                replace_dir(tmp, directory)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from .fsutil import replace_dir
 from .catalog import CatalogError, ToolId, check_text
 from .eligibility import Eligibility
 from .fusion import reciprocal_rank_fusion
@@ -176,13 +177,7 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
                 fh.write(dumps_line(data) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            old = None
-            if directory.exists():
-                old = directory.with_name(f".{directory.name}.old-{os.getpid()}-{time.time_ns()}")
-                directory.rename(old)
-            tmp.rename(directory)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            replace_dir(tmp, directory)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
