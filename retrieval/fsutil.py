@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-__all__ = ["replace_dir"]
+__all__ = ["replace_dir", "written_aside"]
+
+
+@contextmanager
+def written_aside(directory: Path) -> Iterator[Path]:
+    """A fresh folder beside ``directory`` to write a new version into; on a clean exit it replaces
+    ``directory`` (:func:`replace_dir`), on any error it is removed and ``directory`` is untouched."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        yield tmp
+        replace_dir(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def replace_dir(tmp: Path, directory: Path) -> None:

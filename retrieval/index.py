@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -19,7 +16,7 @@ from typing import Iterable, Literal
 
 import numpy as np
 
-from .fsutil import replace_dir
+from .fsutil import written_aside
 from .bm25 import BM25Index
 from .catalog import Catalog, CatalogError, Tool, ToolId
 from .jsonl import dumps_line, read_jsonl
@@ -257,10 +254,8 @@ class ToolIndex:
                                    and any(directory.iterdir())):
             raise IndexSaveError(f"{directory} exists and is not a toolrank index; saving would replace it: "
                                  "choose a new or empty folder")
-        directory.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-            try:
+            with written_aside(directory) as tmp:
                 with open(tmp / "tools.jsonl", "w", encoding="utf-8") as fh:
                     for t in self.catalog.tools:
                         fh.write(dumps_line(t.to_dict()) + "\n")  # U+2028 and friends escaped
@@ -271,10 +266,6 @@ class ToolIndex:
                 np.save(tmp / "owner.npy", self._dense.owner)
                 (tmp / "manifest.json").write_text(json.dumps(self.manifest(), indent=1, ensure_ascii=False),
                                                    encoding="utf-8")
-                replace_dir(tmp, directory)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
         return directory
 
     @classmethod

@@ -82,6 +82,18 @@ class Policy:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def first_logits(scorer: "Scorer", request: str, need: str | None, tools: Sequence[Tool],
+                 score_top: int | None) -> np.ndarray:
+    """The logits the confidence model reads for ranked ``tools``: the scorer's for the first
+    ``score_top`` (all when None), the lowest of those for the rest, so an unscored tool ranks below
+    every scored one with the same retrieval evidence."""
+    n = len(tools) if score_top is None else min(score_top, len(tools))
+    scored = np.asarray(scorer.logits(request, need, list(tools[:n])), dtype=np.float64)
+    logits = np.full(len(tools), scored.min() if len(scored) else 0.0)
+    logits[:n] = scored
+    return logits
+
+
 class Pipeline:
     """Retrieval + scorer + decision over one index. Safe to share between threads."""
 
@@ -212,11 +224,7 @@ class Pipeline:
         catalog = catalog if catalog is not None else self.index.catalog
         logits = None
         if self.confidence.uses_logit:
-            n = len(hits) if score_top is None else min(score_top, len(hits))
-            tools = [catalog[h.tool_id] for h in hits[:n]]
-            scored = np.asarray(self.scorer.logits(request, need, tools), dtype=np.float64)
-            logits = np.full(len(hits), scored.min() if len(scored) else 0.0)
-            logits[:n] = scored
+            logits = first_logits(self.scorer, request, need, [catalog[h.tool_id] for h in hits], score_top)
         p = self.confidence.probabilities(hits, logits, named, mentioned)
         noex = self.confidence_noex
         if noex is not None and (logits is not None or not noex.uses_logit):

@@ -21,8 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -32,7 +30,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .fsutil import replace_dir
+from .fsutil import written_aside
 from .catalog import CatalogError, ToolId, check_text
 from .eligibility import Eligibility
 from .fusion import reciprocal_rank_fusion
@@ -170,17 +168,11 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         data = self.to_dict()
         if not round_trips(data):
             raise CatalogError("learned examples cannot be stored as JSON and read back unchanged")
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
-        try:
+        with written_aside(directory) as tmp:
             with open(tmp / FILE, "w", encoding="utf-8") as fh:
                 fh.write(dumps_line(data) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            replace_dir(tmp, directory)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return directory
 
     @classmethod

@@ -39,6 +39,7 @@ from retrieval.confidence import (FEATURES, RETRIEVAL_FEATURES, ConfidenceModel,
 from retrieval.eligibility import Eligibility
 from retrieval.evaluate import Query, load_queries
 from retrieval.index import ToolIndex
+from retrieval.pipeline import first_logits
 from retrieval.server_mentions import ServerMentionMatcher
 
 log = logging.getLogger("toolrank.calibrate")
@@ -86,12 +87,8 @@ MODES = QUESTION_MODES + ("nofit",)               # + lists of requests written 
 
 
 def _logits(scorer, request: str, need: str | None, index: ToolIndex, hits, score_top: int | None) -> np.ndarray:
-    """The logits the pipeline would use: the first ``score_top`` scored, the rest at their lowest."""
-    n = len(hits) if score_top is None else min(score_top, len(hits))
-    scored = np.asarray(scorer.logits(request, need, [index.catalog[h.tool_id] for h in hits[:n]]), dtype=np.float64)
-    out = np.full(len(hits), scored.min() if len(scored) else 0.0)
-    out[:n] = scored
-    return out
+    """The logits the pipeline would use (:func:`retrieval.pipeline.first_logits`)."""
+    return first_logits(scorer, request, need, [index.catalog[h.tool_id] for h in hits], score_top)
 
 
 def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,

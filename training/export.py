@@ -33,6 +33,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from scorer.calibration import Calibration
+from retrieval.fsutil import replace_dir
 from scorer.record import RECORD_FORMAT_VERSION, format_record
 from scorer.reranker import (
     CARD_FILE,
@@ -191,16 +192,6 @@ def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _replace_dir(tmp: Path, out_dir: Path) -> None:
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}")
-        out_dir.rename(old)
-        tmp.rename(out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out_dir)
-
-
 # --------------------------------------------------------------------------- export
 
 
@@ -338,7 +329,7 @@ def export_onnx(
         if quantize == "none" and diff > FP32_PARITY_WARN:
             logger.warning("fp32 ONNX differs from torch by %.3g on the check pairs: inspect the export", diff)
         logger.info("exported %s (%s) to %s; max |logit diff| vs torch %.4g", config["name"], quantize, out_dir, diff)
-        _replace_dir(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
