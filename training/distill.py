@@ -21,7 +21,9 @@ Every ``--eval-minutes`` the run measures dev MRR of the logit alone over the hy
 fixed sample of dev questions (``--dev-pool``, with and without examples), appends it to
 ``OUT/curve.jsonl``, keeps the best checkpoint in ``OUT/best`` (safetensors, full precision) and
 a resumable state in ``OUT/state`` (``--resume`` continues from it). ``--minutes`` bounds the
-training time.
+training time. A second stage (``--init FIRST/best --start-step N``) continues the same list order
+where the first stopped, with a warm-up and cosine of its own; its curve also counts the pairs and
+minutes of the stages before it (``total_pairs``, ``total_train_minutes``).
 
     python -m training.distill --teacher training/data/teacher/lists_*.jsonl \\
         --smithery ../shared/data/smithery/servers --pools runs/pools --out runs/ce-long --minutes 120
@@ -284,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--resume", action="store_true", help="continue from OUT/state")
+    p.add_argument("--start-step", type=int, default=0,
+                   help="a second stage: begin at this step of the same list order (with --init on the first "
+                        "stage's weights), with a warm-up and cosine of its own over the remaining steps")
     return p
 
 
@@ -297,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--layers must be 1..6, got {a.layers}")
     if a.init and not (a.init / "config.json").exists():
         p.error(f"--init {a.init}: not a model folder (no config.json)")
+    if a.start_step and not a.init:
+        p.error("--start-step continues an earlier stage: give its weights with --init")
     if a.resume and not (a.out / "state" / "progress.json").exists():
         p.error(f"--resume: {a.out / 'state'} holds no saved state; start without --resume")
     from scorer.record import REQUEST_CUTS
@@ -330,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         init = state_dir
     else:
         init = a.init or init_model_dir(a.layers, a.out / "init", base=a.init_base)
-    model = AutoModelForSequenceClassification.from_pretrained(init, num_labels=1)
+    # fp32 whatever the saved dtype: released weights are kept in fp16, and fp16 training on a CPU crawls.
+    model = AutoModelForSequenceClassification.from_pretrained(init, num_labels=1, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(init)
     records = Records(tok.backend_tokenizer.to_str(), a)
     devs = []
@@ -342,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     # Lists in a fixed order per epoch; steps group lists of similar request length.
     steps_per_epoch = math.ceil(len(lists) / a.lists_per_step)
     steps = max(1, int(steps_per_epoch * a.epochs))
+    if a.start_step >= steps:
+        p.error(f"--start-step {a.start_step} is past the last step ({steps}); raise --epochs")
 
     def epoch_steps(epoch: int) -> list[list[int]]:
         r = random.Random(a.seed * 1000 + epoch)
@@ -362,14 +372,23 @@ def main(argv: list[str] | None = None) -> int:
     if a.freeze_embeddings:
         model.base_model.embeddings.word_embeddings.weight.requires_grad_(False)
     opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=a.lr, weight_decay=0.01)
-    warmup = max(1, int(steps * a.warmup))
-    progress = {"step": 0, "pairs": 0, "train_seconds": 0.0, "best": -1.0, "running": None}
+    first = a.start_step
+    warmup = max(1, int((steps - first) * a.warmup))
+    progress = {"step": first, "pairs": 0, "train_seconds": 0.0, "best": -1.0, "running": None, "start_step": first}
+    # What earlier stages trained, so the curve reads in pairs and minutes since the first step.
+    prior = {"pairs": 0, "train_minutes": 0.0}
+    prior_args = (a.init / "train_args.json") if a.init else None
+    if prior_args and prior_args.exists():
+        earlier = json.loads(prior_args.read_text())
+        point = earlier.get("checkpoint", {})
+        prior = {"pairs": point.get("total_pairs", point.get("pairs", 0)),
+                 "train_minutes": point.get("total_train_minutes", point.get("train_minutes", 0.0))}
     budget = a.minutes * 60 if a.minutes else math.inf
 
     def lr_factor(s: int) -> float:
         # Warm-up over the first steps, then a cosine that ends with the steps or with the time
         # budget, whichever comes first: a run bounded by minutes still anneals to zero.
-        done = max(max(0, s - warmup) / max(1, steps - warmup), progress["train_seconds"] / budget)
+        done = max(max(0, s - warmup) / max(1, steps - progress["start_step"] - warmup), progress["train_seconds"] / budget)
         return min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
@@ -388,7 +407,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def checkpoint(final: bool = False) -> None:
         row = {"step": progress["step"], "pairs": progress["pairs"], "train_minutes": round(progress["train_seconds"] / 60, 2),
-               "lr": sched.get_last_lr()[0], "loss": progress["running"]}
+               "lr": sched.get_last_lr()[0], "loss": progress["running"],
+               "total_pairs": prior["pairs"] + progress["pairs"],
+               "total_train_minutes": round(prior["train_minutes"] + progress["train_seconds"] / 60, 2)}
         te = time.time()
         for dev in devs:
             m = evaluate_dev(model, tok, records, tools, dev, a.max_length, depth=a.dev_depth)
