@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                    "their lists join the first stage's fit as mode 'nofit'")
     p.add_argument("--nofit-split", default="train", help="which split of --nofit to fit on (default: train)")
     p.add_argument("--score-top", type=int, help="score only the first N candidates, as the pipeline's policy does")
+    p.add_argument("--features", help="comma-separated subset of the confidence features to fit on "
+                   "(default: all of them; e.g. leave out the dense encoder's for a model that leans on the logit)")
     p.add_argument("--calibrate-on", default="request,need",
                    help="lists the second stage (list calibration) is fitted on; 'none' to skip it")
     a = p.parse_args(argv)
@@ -223,6 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col, score_top=a.score_top)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
+    if a.features:
+        chosen = tuple(f.strip() for f in a.features.split(",") if f.strip())
+        bad = sorted(set(chosen) - set(features))
+        if bad or not chosen:
+            p.error(f"--features: unknown {bad or 'empty'}; choose from {', '.join(features)}")
+        if scorer is not None and "logit" not in chosen:
+            p.error("--features must keep 'logit' when a --model is scored")
+        features = tuple(f for f in features if f in chosen)
     kind = "without" if a.no_examples else "with"
     model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes "
                                                          f"{sorted(set(col.modes))}, index {kind} example requests")
