@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -398,8 +399,14 @@ class Scorer:
         threads: int,
         batch_size: int,
         cache_size: int = 4096,
+        workers: int = 1,
     ):
         self._session = session
+        self.workers = workers
+        # One pair a batch leaves a core idle while a single small product runs: with workers > 1,
+        # pairs run side by side, each on one onnxruntime thread (the session is thread-safe).
+        self._pool = (ThreadPoolExecutor(max_workers=workers, thread_name_prefix="toolrank-scorer")
+                      if workers > 1 and batch_size == 1 else None)
         self._encoder = encoder
         self.config = config
         self.path = path
@@ -413,7 +420,8 @@ class Scorer:
     # ------------------------------------------------------------------ loading
 
     @classmethod
-    def load(cls, path: str | Path, *, threads: int = 2, batch_size: int = 1, cache_size: int = 4096) -> "Scorer":
+    def load(cls, path: str | Path, *, threads: int = 2, batch_size: int = 1, cache_size: int = 4096,
+             workers: int | None = None) -> "Scorer":
         """Load a model folder and check it end to end on one test pair.
 
         Args:
@@ -424,6 +432,10 @@ class Scorer:
                 batches are sorted by length so they pad little, but their scores move slightly.
             cache_size: (query, tool) records whose logits are kept (only with ``batch_size=1``,
                 where a pair's logit is the same in any call); 0 turns the cache off.
+            workers: Pairs run side by side (only with ``batch_size=1``), each on
+                ``threads // workers`` onnxruntime threads. Default: ``threads`` (one thread a pair),
+                faster than two threads on one pair at a time on a 2-core machine
+                (``benchmarks/scorer_speed.py``). The logits are the same either way.
 
         Returns:
             A ready :class:`Scorer`.
@@ -437,6 +449,12 @@ class Scorer:
             raise ScorerLoadError(f"threads must be an int >= 1, got {threads!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ScorerLoadError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if workers is None:
+            workers = threads if batch_size == 1 else 1
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= threads:
+            raise ScorerLoadError(f"workers must be an int in 1..threads ({threads}), got {workers!r}")
+        if batch_size != 1:
+            workers = 1
         path = Path(path)
         if not path.exists():
             raise ScorerLoadError(
@@ -466,7 +484,7 @@ class Scorer:
             ) from None
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
+        options.intra_op_num_threads = max(1, threads // workers)
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -478,9 +496,10 @@ class Scorer:
             raise ScorerLoadError(f"{path / MODEL_FILE}: onnxruntime cannot load it ({exc})") from None
 
         scorer = cls(session, encoder, config, path=path, threads=threads, batch_size=batch_size,
-                     cache_size=cache_size)
+                     cache_size=cache_size, workers=workers)
         scorer._smoke_test()
-        logger.info("loaded scorer %s %s from %s (%d threads)", config.name, config.version, path, threads)
+        logger.info("loaded scorer %s %s from %s (%d threads, %d pairs at a time)", config.name, config.version,
+                    path, threads, workers)
         return scorer
 
     def _smoke_test(self) -> None:
@@ -533,8 +552,9 @@ class Scorer:
             return result
         encodings = self._encoder.encode([pairs[i] for i in todo])
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start:start + self.batch_size]
+        batches = [order[start:start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+
+        def run(idx: np.ndarray) -> np.ndarray:
             arrays = self._encoder.arrays([encodings[i] for i in idx])
             feeds = {name: arrays[name].astype(dtype, copy=False) for name, dtype in self._feeds.items()}
             out = np.asarray(self._session.run([self._output], feeds)[0])
@@ -543,7 +563,11 @@ class Scorer:
                     f"{self.path / MODEL_FILE}: output '{self._output}' has shape {list(out.shape)} for a batch "
                     f"of {len(idx)}; expected [{len(idx)}, 1] or [{len(idx)}] (one logit per pair)"
                 )
-            for j, value in zip(idx, out.reshape(-1)):
+            return out.reshape(-1)
+
+        outs = self._pool.map(run, batches) if self._pool is not None and len(batches) > 1 else map(run, batches)
+        for idx, out in zip(batches, outs):
+            for j, value in zip(idx, out):
                 result[todo[j]] = value
         if self.batch_size == 1:
             for i in todo:
@@ -612,6 +636,7 @@ class Scorer:
             "path": str(self.path),
             "threads": self.threads,
             "batch_size": self.batch_size,
+            "workers": self.workers,
         }
 
     def __repr__(self) -> str:

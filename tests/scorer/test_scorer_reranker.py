@@ -188,3 +188,22 @@ def test_runtime_imports_no_torch():
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                             env={"PYTHONPATH": str(root), "PATH": "", "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pairs_side_by_side_keep_order_and_values(make_model_dir, tokenizer_json, tools):
+    """workers > 1 runs one pair a batch on several threads: same logits, same order as one at a time."""
+    folder = make_model_dir("length")
+    parallel = Scorer.load(folder, threads=2, workers=2, cache_size=0)
+    serial = Scorer.load(folder, threads=2, workers=1, cache_size=0)
+    assert (parallel.info["workers"], serial.info["workers"]) == (2, 1)
+    pairs = [format_record("mail the report to ana", "send email", t) for t in tools]
+    expected = expected_length_logits(tokenizer_json, pairs)
+    assert len(set(expected.tolist())) > 2
+    for scorer in (parallel, serial):
+        np.testing.assert_array_equal(scorer.logits("mail the report to ana", "send email", tools), expected)
+
+
+@pytest.mark.parametrize("workers", [0, 3, True, 1.5])
+def test_workers_must_fit_the_threads(make_model_dir, workers):
+    with pytest.raises(ScorerLoadError, match="workers"):
+        Scorer.load(make_model_dir("length"), threads=2, workers=workers)
