@@ -9,6 +9,10 @@
 #
 # SCORE_TOP (default 20): candidates the cross-encoder scores, as the shipped Policy does;
 # CAL_QUESTIONS (default 400): dev questions the confidence models are fitted on.
+# FRONTIER_QUESTIONS (default 100), FRONTIER_K (default 10,20,30,100), FRONTIER_LENGTHS (default: the
+# trained one and 96), FRONTIER_WORKERS (default 2,1): the speed x quality frontier on dev.
+# CAL_FEATURES_NOEX (default: all): --features of the day-one confidence model (training/calibrate.py).
+# RUNS: benchmarks/ablation.py runs (default: every test figure of docs/results.md).
 set -euo pipefail
 src=$1; out=$2; shift 2
 export HF_HUB_OFFLINE=1
@@ -17,6 +21,12 @@ root="$(dirname "$here")"
 nofit="$here/data/nofit.jsonl"
 top="${SCORE_TOP:-20}"
 limit="${CAL_QUESTIONS:-400}"
+frontier_n="${FRONTIER_QUESTIONS:-100}"
+frontier=(--k "${FRONTIER_K:-10,20,30,100}" --workers "${FRONTIER_WORKERS:-2,1}")
+if [ -n "${FRONTIER_LENGTHS:-}" ]; then frontier+=(--lengths "$FRONTIER_LENGTHS"); fi
+runs="${RUNS:-test_ex,test_noex,independent_ex,independent_noex,test_nofit,test_abstain}"
+noex_features=()
+if [ -n "${CAL_FEATURES_NOEX:-}" ]; then noex_features=(--features "$CAL_FEATURES_NOEX"); fi
 results="$root/benchmarks/results"
 
 # 1. The full-precision student, kept so no release starts again from a quantised graph.
@@ -45,10 +55,11 @@ python -m training.int8 gate "$fp32" "$out" --out "$out/int8_gate.json"
 python -m training.int8 check "$out" > /dev/null
 # 4. The confidence models and the scorer-alone calibration, on the logits the pipeline really has.
 python -m training.calibrate --model "$out" --limit "$limit" --score-top "$top" --modes request,need,abstain,nofit --nofit "$nofit"
-python -m training.calibrate --model "$out" --limit "$limit" --score-top "$top" --no-examples --modes request,need,abstain,nofit --nofit "$nofit"
+python -m training.calibrate --model "$out" --limit "$limit" --score-top "$top" --no-examples --modes request,need,abstain,nofit --nofit "$nofit" \
+    "${noex_features[@]}"
 # 5. The frontier and the proceed threshold on dev; every test figure.
-python "$root/benchmarks/scorer_frontier.py" --model "$out" --n 100 --timing 30 --json "$results/frontier_dev.json" \
+python "$root/benchmarks/scorer_frontier.py" --model "$out" --n "$frontier_n" --timing 30 "${frontier[@]}" --json "$results/frontier_dev.json" \
     | tee "$results/frontier_dev.txt"
 python -m training.thresholds --model "$out" --nofit "$nofit" --limit "$limit" --json "$results/thresholds_dev.json"
 python "$root/benchmarks/ablation.py" --model "$out" --score-top "$top" \
-    --runs test_ex,test_noex,independent_ex,independent_noex,test_nofit,test_abstain
+    --runs "$runs"
