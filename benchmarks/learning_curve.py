@@ -1,6 +1,7 @@
 """The distillation run's learning curve: dev MRR / rank 1 of the logit alone against pairs seen.
 
     python benchmarks/learning_curve.py runs/ce-long/curve.jsonl --out benchmarks/results/learning_curve
+    python benchmarks/learning_curve.py STAGE1/curve.jsonl STAGE2/curve.jsonl --out ...   # stages, end to end
 
 Reads the ``curve.jsonl`` that ``training/distill.py`` appends at every checkpoint, prints a table
 and writes ``OUT.png`` (and ``OUT.json``, a copy of the rows, so the figure can be remade from the
@@ -17,25 +18,32 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("curve", type=Path, help="curve.jsonl of a distillation run (or a saved .json copy)")
+    p.add_argument("curve", type=Path, nargs="+",
+                   help="curve.jsonl of a distillation run (or a saved .json copy); several: its stages, in order "
+                        "(a later stage's rows count the earlier stages' pairs and minutes)")
     p.add_argument("--out", type=Path, help="write OUT.png and OUT.json")
     a = p.parse_args(argv)
-    if not a.curve.is_file():
-        p.error(f"{a.curve}: no such file")
-    text = a.curve.read_text(encoding="utf-8")
-    rows = json.loads(text)["rows"] if a.curve.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
-    seen, unique = set(), []
-    for r in rows:   # a resumed run re-evaluates the step it resumed at: keep the first
-        if r["step"] not in seen:
+    rows = []
+    for stage, curve in enumerate(a.curve, 1):
+        if not curve.is_file():
+            p.error(f"{curve}: no such file")
+        text = curve.read_text(encoding="utf-8")
+        found = json.loads(text)["rows"] if curve.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+        seen = set()
+        for r in found:   # a resumed run re-evaluates the step it resumed at: keep the first
+            if r["step"] in seen:
+                continue
             seen.add(r["step"])
-            unique.append(r)
-    rows = unique
+            r = {"stage": r.get("stage", stage), **r}
+            if "total_pairs" in r:   # a later stage: pairs and minutes since the first stage began
+                r["pairs"], r["train_minutes"] = r["total_pairs"], r["total_train_minutes"]
+            rows.append(r)
     sets = sorted({k[: -len("_mrr")] for r in rows for k in r if k.endswith("_mrr")})
-    head = "| step | pairs seen | training minutes | " + " | ".join(f"{s} MRR | {s} rank 1 | {s} top 5" for s in sets) + " |"
+    head = "| stage | step | pairs seen | training minutes | " + " | ".join(f"{s} MRR | {s} rank 1 | {s} top 5" for s in sets) + " |"
     print(head)
-    print("|" + "---:|" * (3 + 3 * len(sets)))
+    print("|" + "---:|" * (4 + 3 * len(sets)))
     for r in rows:
-        cells = [str(r["step"]), f"{r['pairs']:,}", f"{r['train_minutes']:.0f}"]
+        cells = [str(r["stage"]), str(r["step"]), f"{r['pairs']:,}", f"{r['train_minutes']:.0f}"]
         for s in sets:
             cells += [f"{r.get(f'{s}_mrr', float('nan')):.3f}", f"{100 * r.get(f'{s}_top1', float('nan')):.1f}",
                       f"{100 * r.get(f'{s}_top5', float('nan')):.1f}"]
