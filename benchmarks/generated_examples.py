@@ -90,11 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", default="test,independent", help="comma-separated: test, independent")
     p.add_argument("--stages", default="hybrid,retrieval-confidence,scorer")
     p.add_argument("--score-top", type=int, default=20)
+    p.add_argument("--conditions", default=",".join(CONDITIONS),
+                   help="comma-separated: shipped, generated, none (shipped and none are also benchmarks/ablation.py's "
+                        "test_ex and test_noex)")
     p.add_argument("--out", type=Path, default=RESULTS / "generated_examples.json")
     a = p.parse_args(argv)
     unknown = [q for q in a.queries.split(",") if q not in QUERIES]
     if unknown:
         p.error(f"--queries: unknown {unknown}; choose from {sorted(QUERIES)}")
+    conditions = [c for c in a.conditions.split(",") if c]
+    if not conditions or set(conditions) - set(CONDITIONS):
+        p.error(f"--conditions: choose from {', '.join(CONDITIONS)}")
     if not GENERATED.exists():
         p.error(f"{GENERATED} is missing")
     results: dict = {"score_top": a.score_top, "stages": a.stages.split(","), "runs": {}}
@@ -102,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         examples = Path(tmp) / "examples.jsonl"
         results["replaced_tools"] = merged_examples(examples)
         for queries in a.queries.split(","):
-            for condition in CONDITIONS:
+            for condition in conditions:
                 print(f"{queries} / {condition} ...", file=sys.stderr, flush=True)
                 rep = run_eval(condition, queries, a.stages, a.score_top, examples)
                 results["runs"][f"{queries}/{condition}"] = rep
@@ -121,11 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     last = stages[-1]
     print()
     for queries in a.queries.split(","):
-        ship = results["runs"][f"{queries}/shipped"]["stages"][last]["top1"]
-        gen = results["runs"][f"{queries}/generated"]["stages"][last]["top1"]
-        none = results["runs"][f"{queries}/none"]["stages"][last]["top1"]
-        print(f"{queries}: {last} rank 1, generated − shipped = {100 * (gen - ship):+.1f} points "
-              f"(none − shipped = {100 * (none - ship):+.1f})")
+        got = {c: results["runs"][f"{queries}/{c}"]["stages"][last]["top1"] for c in conditions}
+        if "generated" in got and "shipped" in got:
+            print(f"{queries}: {last} rank 1, generated − shipped = {100 * (got['generated'] - got['shipped']):+.1f} points")
+        if "none" in got and "shipped" in got:
+            print(f"{queries}: {last} rank 1, none − shipped = {100 * (got['none'] - got['shipped']):+.1f} points")
     print(f"\nwritten {a.out}")
     return 0
 
