@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequenc
 from urllib.parse import urlsplit, urlunsplit
 
 from .catalog import Catalog, CatalogError, Tool, tools_from_mcp_list
+from .version import package_version
 
 if TYPE_CHECKING:
     from mcp import ClientSession, types
@@ -560,14 +561,6 @@ def default_mcp_index_path(config_path: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------ one server, through the SDK
-
-
-def package_version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("toolrank")
-    except Exception:  # a checkout, not installed
-        return "0.1.0+local"
 
 
 @asynccontextmanager

@@ -303,7 +303,7 @@ def build_server(gateway: Gateway) -> "Server":
     from mcp import types
     from mcp.server.lowlevel import Server
 
-    from retrieval.mcp_harvest import package_version
+    from retrieval.version import package_version
 
     server: Server = Server("toolrank", version=package_version(), instructions=(
         "toolrank finds the few tools that fit a task among all the user's MCP servers"

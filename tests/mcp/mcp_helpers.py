@@ -3,6 +3,7 @@ real subprocess driven by the SDK's own client (stdio or streamable HTTP)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -14,8 +15,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+import anyio
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
+
+from testkit import free_port  # noqa: F401  (the MCP tests import it from here)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -48,7 +52,7 @@ def toolrank_args(*args: str) -> list[str]:
 
 @asynccontextmanager
 async def stdio_gateway(tmp: Path, *args: str, fakes: bool = True,
-                        timeout_s: float = 20) -> AsyncIterator[ClientSession]:
+                        timeout_s: float = 120) -> AsyncIterator[ClientSession]:
     """``toolrank mcp ARGS`` over stdio, initialized; its stderr goes to tmp/gateway.log."""
     extra = ["--components", FAKES] if fakes else []
     params = StdioServerParameters(command=PY, args=toolrank_args("mcp", *args, *extra), env=child_env(tmp),
@@ -60,13 +64,7 @@ async def stdio_gateway(tmp: Path, *args: str, fakes: bool = True,
                 yield session
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 15) -> None:
+def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -99,6 +97,25 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def run(test):
+    """Run an async test body with anyio (no plugin needed)."""
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return anyio.run(lambda: test(*args, **kwargs))
+    return wrapper
+
+
+async def wait_for(check, timeout_s: float = 60.0, every_s: float = 0.1):
+    """Await ``check()`` until it returns something true (then that), or ``timeout_s`` passed (then
+    its last value): a bound for something that must happen, not a measurement."""
+    end = time.monotonic() + timeout_s
+    while True:
+        value = await check()
+        if value or time.monotonic() > end:
+            return value
+        await anyio.sleep(every_s)
 
 
 def payload(result: types.CallToolResult) -> dict[str, Any]:
