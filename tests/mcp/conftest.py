@@ -14,7 +14,8 @@ def mcp2_python() -> str:
     try:
         return str(build_or_find())
     except Mcp2Unavailable as exc:
-        if os.environ.get(REQUIRE, "") not in ("", "0"):
-            pytest.fail(f"the mcp 2.x test environment is required ({REQUIRE}=1) but could not be built: {exc}",
-                        pytrace=False)
-        pytest.skip(f"no mcp 2.x test environment (offline?; set {REQUIRE}=1 to fail instead): {exc}")
+        why = str(exc)
+    if os.environ.get(REQUIRE, "") not in ("", "0"):
+        pytest.fail(f"the mcp 2.x test environment is required ({REQUIRE}=1) but could not be built: {why}",
+                    pytrace=False)
+    pytest.skip(f"no mcp 2.x test environment (offline?; set {REQUIRE}=1 to fail instead): {why}")

@@ -86,11 +86,11 @@ def test_toolrank_index_harvests_mcp2_servers(tmp_path, capsys, mcp2_python):
     """`toolrank index --mcp-config` with 2.x servers next to a 1.x one: every tool with its schema,
     the server's instructions as its description; the 2.x banner on stdout is skipped."""
     cfg = write_config(tmp_path / "mcp.json", {
-        "almanac": server("almanac_v2", python=mcp2_python, timeout=120),
-        "chatty": server("chatty_v2", python=mcp2_python, timeout=120),
+        "almanac": server("almanac_v2", python=mcp2_python),
+        "chatty": server("chatty_v2", python=mcp2_python),
         "weather": server("weather")})
     out = tmp_path / "index"
-    assert toolrank(["index", "--mcp-config", str(cfg), "--index", str(out)]) == 0
+    assert toolrank(["index", "--mcp-config", str(cfg), "--index", str(out), "--timeout", "120"]) == 0
     printed = capsys.readouterr().out
     for name, n in (("almanac", 5), ("chatty", 5), ("weather", 2)):
         assert re.search(rf"^{name}\s+added\s+{n}\b", printed, re.M), printed
