@@ -28,9 +28,10 @@ PY = sys.executable
 FAKES = "gateway_fakes:components"
 
 
-def server(name: str, *args: str, **extra: Any) -> dict[str, Any]:
-    """A stdio entry of ``mcpServers`` that runs tests/mcp/servers/<name>.py."""
-    return {"command": PY, "args": [str(SERVERS / f"{name}.py"), *args], **extra}
+def server(name: str, *args: str, python: str = PY, **extra: Any) -> dict[str, Any]:
+    """A stdio entry of ``mcpServers`` that runs tests/mcp/servers/<name>.py (with ``python``: the
+    mcp 2.x servers run on the ``mcp2_python`` fixture's)."""
+    return {"command": python, "args": [str(SERVERS / f"{name}.py"), *args], **extra}
 
 
 def write_config(path: Path, servers: dict[str, Any]) -> Path:
@@ -77,13 +78,13 @@ def wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
     raise TimeoutError(f"nothing listens on {port} after {timeout_s} s")
 
 
-def start(args: list[str], tmp: Path, port: int) -> subprocess.Popen:
+def start(args: list[str], tmp: Path, port: int, python: str = PY, timeout_s: float = 15) -> subprocess.Popen:
     """A subprocess that listens on ``port`` (waits until it does)."""
     env = {**os.environ, **child_env(tmp)}
-    proc = subprocess.Popen([PY, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([python, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=open(tmp / f"proc-{port}.log", "w"))
     try:
-        wait_port(port, proc)
+        wait_port(port, proc, timeout_s)
     except BaseException:
         stop(proc)
         raise
