@@ -128,3 +128,27 @@ def payload(result: types.CallToolResult) -> dict[str, Any]:
 
 def text(result: types.CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+async def call(gw: ClientSession, server: str, tool: str, **arguments: Any) -> types.CallToolResult:
+    """The gateway's ``call_tool`` for one tool of one server."""
+    return await gw.call_tool("call_tool", {"server": server, "tool": tool, "arguments": arguments})
+
+
+async def check_chatty_server(gw: ClientSession, *, garbled_within_s: float) -> None:
+    """The stray-stdout server (servers/chatty*.py) through the gateway: found, answers every call in
+    one process (its counter keeps counting), and a cut-off answer fails at once, saying why."""
+    found = payload(await gw.call_tool("find_tools", {"request": "find synonyms for happy"}))
+    assert (found["tools"][0]["server"], found["tools"][0]["name"]) == ("chatty", "synonyms")
+    assert "unavailable" not in found
+    for expected in ("count 1", "count 2"):
+        r = await call(gw, "chatty", "count")
+        assert not r.isError and text(r) == expected
+    r = await call(gw, "chatty", "synonyms", word="happy")
+    assert not r.isError and text(r) == "synonyms of happy: alike, same"
+    r = await call(gw, "chatty", "glued")
+    assert not r.isError and text(r) == "glued answer"
+    assert text(await call(gw, "chatty", "count")) == "count 3"        # the same process all along
+    with anyio.fail_after(garbled_within_s):                            # under the call timeout
+        r = await call(gw, "chatty", "garbled")
+    assert r.isError and "answered the call to 'garbled' with something that is not valid MCP" in text(r)

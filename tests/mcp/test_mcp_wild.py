@@ -16,7 +16,8 @@ from retrieval.cli import main as toolrank
 from retrieval.mcp_harvest import index_mcp_config, load_mcp_config
 from retrieval.version import package_version
 
-from mcp_helpers import FAKES, PY, ROOT, HERE, payload, run, server, stdio_gateway, text, wait_for, write_config
+from mcp_helpers import (FAKES, HERE, PY, ROOT, check_chatty_server, payload, run, server, stdio_gateway, text, wait_for,
+                         write_config)
 
 
 @run
@@ -27,21 +28,7 @@ async def test_a_server_that_writes_to_stdout_works_and_keeps_its_state(tmp_path
     cfg = write_config(tmp_path / "mcp.json", {"chatty": server("chatty"), "weather": server("weather")})
     async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), "--call-timeout", "60") as gw:
         assert gw.init_result.serverInfo.version == package_version()       # toolrank's, not the SDK's
-        found = payload(await gw.call_tool("find_tools", {"request": "find synonyms for happy"}))
-        assert (found["tools"][0]["server"], found["tools"][0]["name"]) == ("chatty", "synonyms")
-        assert "unavailable" not in found
-        for expected in ("count 1", "count 2"):
-            r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "count", "arguments": {}})
-            assert not r.isError and text(r) == expected
-        r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "synonyms", "arguments": {"word": "happy"}})
-        assert not r.isError and text(r) == "synonyms of happy: alike, same"
-        r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "glued", "arguments": {}})
-        assert not r.isError and text(r) == "glued answer"
-        r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "count", "arguments": {}})
-        assert text(r) == "count 3"                                          # the same process all along
-        with anyio.fail_after(50):           # a bound under the 60 s call timeout; the answer says why it failed
-            r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "garbled", "arguments": {}})
-        assert r.isError and "answered the call to 'garbled' with something that is not valid MCP" in text(r)
+        await check_chatty_server(gw, garbled_within_s=50)                  # the call timeout is 60 s
     log = (tmp_path / "gateway.log").read_text()
     assert "server 'chatty' wrote a line that is not MCP to stdout (ignored): chatty MCP server v1.0" in log
     assert "debug: looking up happy" in log
