@@ -29,9 +29,9 @@ import anyio
 from fastapi import Depends, FastAPI, Path as PathParam, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from retrieval.catalog import CatalogError, Tool, ToolId, check_name, tools_from_mcp_list
+from retrieval.catalog.model import CatalogError, Tool, ToolId, check_name, tools_from_mcp_list
 from retrieval.jsonl import dumps_line, round_trips
-from retrieval.results import ScoredTool, SearchResult
+from retrieval.pipeline.results import ScoredTool, SearchResult
 
 from .admission import Admission, QueueFull, RateLimiter, WaitTimedOut
 from .engine import Engine, Snapshot, load_like, rebind
@@ -270,7 +270,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         settings: the service settings; read from ``TOOLRANK_*`` environment variables when None.
         pipeline: an object with ``search``, ``score``, ``model_info`` and an ``index`` (with
             ``catalog``, ``upsert_server``, ``remove_server``, ``save``, ``load``). When None the
-            lifespan builds the real ``retrieval.pipeline.Pipeline``.
+            lifespan builds the real ``retrieval.pipeline.flow.Pipeline``.
         tenants: API keys and tenants; loaded from ``settings.config`` when None.
 
     Raises:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from retrieval.catalog import CatalogError, confusable_with
+from retrieval.catalog.model import CatalogError, confusable_with
 
 from .index_store import IndexStore, StoreError
 

@@ -59,7 +59,7 @@ def test_the_dispatch_table_names_modules_that_exist_with_a_main():
 
 
 def test_scorer_reads_tools_through_its_own_protocol():
-    from retrieval.catalog import Tool as CatalogTool
+    from retrieval.catalog.model import Tool as CatalogTool
     from scorer.record import Tool, format_record
 
     tool = CatalogTool("S", "t", "does a thing", {"type": "object", "properties": {"x": {}}}, "", ("an example",))

@@ -26,9 +26,9 @@ DATA = Path(__file__).resolve().parent / "data"
 
 def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: int = 13) -> list[dict]:
     """(anchor, positive card, tool key) rows from train servers only."""
-    from retrieval.catalog import ToolId, load_default_catalog
-    from retrieval.index import ToolIndex
-    from retrieval.text import tool_passages
+    from retrieval.catalog.model import ToolId, load_default_catalog
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.text import tool_passages
 
     from .pairs import load_jsonl, load_split
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from fakes import HashEncoder, tiny_catalog
-from retrieval.bm25 import BM25Index, tokenize
-from retrieval.catalog import Catalog, Tool, ToolId
-from retrieval.eligibility import Eligibility
-from retrieval.index import IndexLoadError, IndexSaveError, ToolIndex
-from retrieval.qdrant_index import (LIVE, LOCK_ID, PUBLIC, QdrantCollection, QdrantConfig, QdrantLockTimeout,
-                                    QdrantToolIndex, QdrantUnavailable, models)
-from retrieval.text import tool_document
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.index.bm25 import BM25Index, tokenize
+from retrieval.index.embedded import IndexLoadError, IndexSaveError, ToolIndex
+from retrieval.index.qdrant.index import (LIVE, LOCK_ID, PUBLIC, QdrantCollection, QdrantConfig, QdrantLockTimeout,
+                                          QdrantToolIndex, QdrantUnavailable, models)
+from retrieval.index.text import tool_document
 
 SERVER = os.environ.get("QDRANT_URL")
 QUERIES = ["list the shards of an index", "post a message to the slack channel", "severe weather alerts",
@@ -146,8 +146,8 @@ def test_hybrid_matches_the_embedded_backend(qdrant):
 
 
 def test_pipeline_and_evaluation_take_the_qdrant_index(qdrant):
-    from retrieval.evaluate import Query, evaluate
-    from retrieval.pipeline import load_pipeline
+    from retrieval.evaluation.harness import Query, evaluate
+    from retrieval.pipeline.flow import load_pipeline
 
     index = qdrant.build()
     pipe = load_pipeline(index, model_dir=False, public_suggestions=False)

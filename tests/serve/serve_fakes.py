@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrieval.catalog import Catalog, Tool
+from retrieval.catalog.model import Catalog, Tool
 from serve.tenants import hash_key
-from retrieval.hits import Hit
-from retrieval.results import ScoredTool, SearchResult, TokenReport
+from retrieval.index.hits import Hit
+from retrieval.pipeline.results import ScoredTool, SearchResult, TokenReport
 
 WORD = re.compile(r"[a-z0-9]+")
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import retrieval.index_examples as ix
+import retrieval.index.examples as ix
 from real_app import key, real_client
 from training.llm import EndpointError
 

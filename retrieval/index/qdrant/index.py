@@ -6,12 +6,12 @@ as a sparse vector and its record as payload; replicas hold no index, only the t
     index = QdrantToolIndex.open(QdrantConfig(url="http://localhost:6333"))   # any other replica
     index.retrieve("list shard allocation for an index", eligible=Eligibility.of(servers=[...]))
 
-Same interface as :class:`~retrieval.index.ToolIndex` (it subclasses it), so the pipeline,
+Same interface as :class:`~retrieval.index.embedded.ToolIndex` (it subclasses it), so the pipeline,
 evaluation, the CLI and the service take either. What differs is where things live:
 
 * **Search.** Both searches run in Qdrant, in one ``query_batch_points`` call: the dense
   centroid vector (the shipped encoder, as the embedded backend) and BM25 as a sparse vector
-  (``tokenize`` of :mod:`retrieval.bm25`, the Lucene weights bm25s uses: document values
+  (``tokenize`` of :mod:`retrieval.index.bm25`, the Lucene weights bm25s uses: document values
   ``tf / (tf + k1 (1 - b + b dl / avgdl))``, query values ``count x idf``). The two lists are
   fused here exactly as the embedded backend fuses them (:func:`reciprocal_rank_fusion`).
 * **Eligibility inside the engine.** One payload filter (owner, server, tool, catalog version)
@@ -54,15 +54,15 @@ from typing import Any, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
-from .bm25 import tokenize
-from .catalog import Catalog, CatalogError, Tool, ToolId
-from .eligibility import Eligibility
-from .encoder import Encoder, OnnxEncoder
-from .fusion import FusionConfig, reciprocal_rank_fusion
-from .hits import Hit
-from .index import IndexLoadError, IndexSaveError, Stage, ToolIndex, server_tools
-from .version import package_version
-from .text import tool_document, tool_passages
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
+from retrieval.index.bm25 import tokenize
+from retrieval.index.embedded import IndexLoadError, IndexSaveError, Stage, ToolIndex, server_tools
+from retrieval.index.encoder import Encoder, OnnxEncoder
+from retrieval.index.fusion import FusionConfig, reciprocal_rank_fusion
+from retrieval.index.hits import Hit
+from retrieval.index.text import tool_document, tool_passages
+from retrieval.version import package_version
 
 try:
     from qdrant_client import QdrantClient, models

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from .jsonl import read_jsonl
+from retrieval.jsonl import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ __all__ = [
     "confusable_with",
 ]
 
-DATA_DIR = Path(__file__).parent / "data" / "mcp_zero"
+DATA_DIR = Path(__file__).parent.parent / "data" / "mcp_zero"
 
 
 class CatalogError(ValueError):

@@ -9,8 +9,8 @@ The configuration is the one MCP clients (Claude Desktop, Cursor, ...) write::
 
 Each server is started (``command``: stdio) or reached (``url``: streamable HTTP) through the
 official SDK's client; ``tools/list`` is followed through every page, and each tool becomes the
-same :class:`~retrieval.catalog.Tool` record every other loader makes, through the same
-validation (:func:`~retrieval.catalog.tools_from_mcp_list`). The server's name in the index is its
+same :class:`~retrieval.catalog.model.Tool` record every other loader makes, through the same
+validation (:func:`~retrieval.catalog.formats.tools_from_mcp_list`). The server's name in the index is its
 key in ``mcpServers``.
 
 A server that fails to start, times out, or lists malformed tools is reported by name with the
@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from .catalog import Catalog, CatalogError, Tool, tools_from_mcp_list
+from .model import Catalog, CatalogError, Tool, tools_from_mcp_list
 
 if TYPE_CHECKING:
     from mcp import ClientSession, types
 
-    from .encoder import Encoder
-    from .index import ToolIndex
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.encoder import Encoder
 
 __all__ = [
     "McpConfigError",
@@ -553,7 +553,7 @@ def default_mcp_index_path(config_path: str | Path) -> Path:
     """Where ``toolrank index --mcp-config FILE`` keeps the index when ``--index`` is not given
     (and where ``toolrank mcp --mcp-config FILE`` looks for it): one folder per configuration
     file, under the toolrank cache."""
-    from .default_index import cache_dir
+    from retrieval.index.default import cache_dir
 
     key = hashlib.sha256(str(Path(config_path).resolve()).encode("utf-8")).hexdigest()[:12]
     return cache_dir() / f"mcp-{key}"
@@ -984,7 +984,7 @@ def apply_harvest(index: "ToolIndex | None", harvests: Sequence[ServerHarvest], 
     place; returns it (None when there was none and nothing was harvested) and one report
     per server.
     """
-    from .index import ToolIndex
+    from retrieval.index.embedded import ToolIndex
 
     reports: list[ServerReport] = []
     ok = [h for h in harvests if h.ok]
@@ -1051,7 +1051,7 @@ def index_mcp_config(config: str | Path | McpConfig, index_dir: str | Path | Non
     """
     import anyio
 
-    from .index import IndexLoadError, ToolIndex
+    from retrieval.index.embedded import IndexLoadError, ToolIndex
 
     if not isinstance(config, McpConfig):
         config = load_mcp_config(config)

@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 
-from .always_available import AlwaysAvailable
-from .bm25 import tokenize
-from .catalog import Catalog, Tool, ToolId
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.index.bm25 import tokenize
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.hits import Hit
+from retrieval.index.text import tool_document
+from retrieval.shortcuts.always_available import AlwaysAvailable
+from retrieval.shortcuts.exact_names import ExactNameMatcher
+from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 from .confidence import ConfidenceModel, combiner_file, default_confidence_path
 from .definitions import build_definitions
-from .eligibility import Eligibility
-from .exact_names import ExactNameMatcher
-from .hits import Hit
-from .index import ToolIndex
 from .results import ScoredTool, SearchResult, TokenReport
-from .server_mentions import ServerMentionMatcher
-from .text import tool_document
 from .tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ class Pipeline:
             fmt: definition format: "mcp", "openai" or "anthropic".
             policy: thresholds for this call (e.g. the tenant's), else the pipeline's.
             learned: the tenant's example requests learned from use
-                (:class:`~retrieval.usage.LearnedExamples`); they change this search only.
+                (:class:`~retrieval.index.learned.LearnedExamples`); they change this search only.
         Raises:
             ValueError: empty request, k < 1, unknown format.
         """
@@ -304,7 +304,7 @@ class Pipeline:
 
         # retrieval may already see a newer version: keep only the tools this snapshot has
         if learned:
-            from .usage import retrieve_with_learned
+            from retrieval.index.learned import retrieve_with_learned
             hits = retrieve_with_learned(self.index, learned, request, need, search_eligible, k=policy.candidates)
         else:
             hits = self.index.retrieve(request, need, search_eligible, k=policy.candidates)
@@ -470,7 +470,7 @@ def load_pipeline(index_dir: str | Path | ToolIndex | None = None,
     ``index_dir`` may also be a loaded :class:`ToolIndex`. ``model_dir=False`` runs without
     a scorer (retrieval-only confidence).
     """
-    from .default_index import public_index
+    from retrieval.index.default import public_index
 
     public = public_index() if public_suggestions else None
     if isinstance(index_dir, ToolIndex):

@@ -38,8 +38,8 @@ from typing import Collection, Sequence
 
 import numpy as np
 
-from .hits import Hit
-from .stats import sigmoid
+from retrieval.index.hits import Hit
+from scorer.calibration import sigmoid
 
 __all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration", "candidate_features", "combiner_file",
            "default_confidence_path"]
@@ -216,4 +216,4 @@ def combiner_file(with_examples: bool = True) -> str:
 def default_confidence_path(with_examples: bool = True) -> Path:
     """Retrieval-only confidence, fitted on dev; used when no scorer model is loaded."""
     name = "retrieval_confidence.json" if with_examples else "retrieval_confidence-noex.json"
-    return Path(__file__).parent / "data" / name
+    return Path(__file__).parent.parent / "data" / name
