@@ -18,7 +18,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog.model import load_default_catalog  # noqa: E402
+from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.embedded import ToolIndex  # noqa: E402
 from retrieval.index.encoder import OnnxEncoder, default_encoder_path  # noqa: E402

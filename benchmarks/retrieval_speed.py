@@ -118,13 +118,13 @@ def merged(a, b):
 
 
 def mcp_zero_catalog(quick: bool, prefer: Sequence[str] = ()):
-    from retrieval.catalog.model import load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
     cat = load_default_catalog(with_examples=True)
     return (subset(cat, 15, prefer) if quick else cat), {}
 
 
 def smithery_catalog(quick: bool, smithery_dir: Path, prefer: Sequence[str] = ()):
-    from retrieval.catalog.model import load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
     from retrieval.catalog.smithery import read_smithery
     zero = load_default_catalog(with_examples=True)
     res = read_smithery(smithery_dir, reserved=zero.servers)

@@ -35,7 +35,8 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog.model import Catalog, ToolId, load_default_catalog  # noqa: E402
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import Catalog, ToolId  # noqa: E402
 from retrieval.index.embedded import ToolIndex  # noqa: E402
 from retrieval.index.learned import LearnedExamples, retrieve_with_learned  # noqa: E402
 from retrieval.jsonl import read_jsonl  # noqa: E402

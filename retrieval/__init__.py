@@ -4,7 +4,8 @@ scoring and the decision. Import this to use toolrank from Python."""
 from __future__ import annotations
 
 from .catalog.eligibility import Eligibility
-from .catalog.model import Catalog, CatalogError, Tool, ToolId, load_catalog, load_default_catalog, load_examples
+from .catalog.formats import load_catalog, load_default_catalog, load_examples
+from .catalog.model import Catalog, CatalogError, Tool, ToolId
 from .catalog.smithery import load_smithery
 from .index.embedded import IndexLoadError, IndexSaveError, ToolIndex
 from .index.fusion import FusionConfig

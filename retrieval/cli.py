@@ -41,7 +41,7 @@ def _backend(a: argparse.Namespace):
 
 def _qdrant_index(a: argparse.Namespace, backend):
     """The collection (filled from the shipped catalog when empty), or a new one from --catalog."""
-    from .catalog.model import load_catalog, load_default_catalog, load_examples
+    from .catalog.formats import load_catalog, load_default_catalog, load_examples
     from .index.backends import qdrant_index
     from .index.default import load_or_build_default
     from .index.qdrant.index import QdrantToolIndex
@@ -59,7 +59,7 @@ def _qdrant_index(a: argparse.Namespace, backend):
 
 
 def _index_from(a: argparse.Namespace):
-    from .catalog.model import load_catalog, load_default_catalog, load_examples
+    from .catalog.formats import load_catalog, load_default_catalog, load_examples
     from .index.default import load_or_build_default
     from .index.embedded import ToolIndex
 
@@ -89,7 +89,7 @@ def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top
 
 
 def cmd_index(a: argparse.Namespace) -> int:
-    from .catalog.model import load_catalog, load_examples
+    from .catalog.formats import load_catalog, load_examples
     from .index.embedded import ToolIndex
 
     backend = _backend(a)
@@ -155,7 +155,7 @@ def _index_qdrant(a: argparse.Namespace, backend) -> int:
     if a.write_examples:
         raise ValueError("--write-examples builds embedded indexes only for now; write the examples with "
                          "--backend embedded, or with `toolrank generate examples`, then pass --examples FILE")
-    from .catalog.model import load_catalog, load_examples
+    from .catalog.formats import load_catalog, load_examples
     from .index.qdrant.index import QdrantToolIndex
 
     if getattr(a, "mcp_config", None) or a.out is not None or getattr(a, "index", None) is not None:

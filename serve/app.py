@@ -29,7 +29,9 @@ import anyio
 from fastapi import Depends, FastAPI, Path as PathParam, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from retrieval.catalog.model import CatalogError, Tool, ToolId, check_name, tools_from_mcp_list
+from retrieval.catalog.formats import tools_from_mcp_list
+from retrieval.catalog.model import CatalogError, Tool, ToolId
+from retrieval.catalog.rules import check_name
 from retrieval.jsonl import dumps_line, round_trips
 from retrieval.pipeline.results import ScoredTool, SearchResult
 

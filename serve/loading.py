@@ -102,7 +102,7 @@ def default_parts(settings: Settings) -> PipelineParts:
 
     def seed() -> Any:
         if settings.catalog is not None:
-            from retrieval.catalog.model import load_catalog
+            from retrieval.catalog.formats import load_catalog
 
             log.info("building the first index from %s", settings.catalog)
             return ToolIndex.build(load_catalog(settings.catalog), encoder=encoder())
@@ -112,7 +112,7 @@ def default_parts(settings: Settings) -> PipelineParts:
         try:
             from retrieval.index.default import load_or_build_default
         except ImportError:
-            from retrieval.catalog.model import load_default_catalog
+            from retrieval.catalog.formats import load_default_catalog
 
             log.info("building the default index from the shipped catalog (about a minute)")
             return ToolIndex.build(load_default_catalog(), encoder=encoder())

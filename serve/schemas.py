@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from retrieval.catalog.model import (MAX_NAME_CHARS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, check_json, check_name,
+from retrieval.catalog.rules import (MAX_NAME_CHARS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, check_json, check_name,
                                      check_schema)
 
 __all__ = [

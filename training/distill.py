@@ -109,7 +109,7 @@ class Tools:
     """(server, tool) -> Tool over both catalogs a teacher list may come from (MCP-Zero with examples)."""
 
     def __init__(self, smithery_dir: Path | None):
-        from retrieval.catalog.model import load_default_catalog
+        from retrieval.catalog.formats import load_default_catalog
 
         self.catalogs = {"mcp-zero": load_default_catalog(with_examples=True)}
         if smithery_dir is not None:

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
-from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId, load_catalog, load_examples
+from retrieval.catalog.formats import load_catalog, load_examples
+from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
 from retrieval.jsonl import dumps_line, split_lines
 from training.judge import JUDGE_METHODS, EndpointJudge, Judgment, LlamaCppJudge
 from training.llm import ChatClient, GenerationError, LLMConfig
@@ -565,7 +566,7 @@ def _load_splits(path: str) -> dict[str, str]:
 def _catalog(args: argparse.Namespace) -> Catalog:
     if args.catalog:
         return load_catalog(args.catalog)
-    from retrieval.catalog.model import load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
 
     return load_default_catalog(with_examples=True)  # examples only feed candidate mining
 

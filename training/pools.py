@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from tqdm import tqdm
 
-    from retrieval.catalog.model import load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
     from retrieval.evaluation.harness import load_queries
     from retrieval.index.default import load_or_build_default
     from retrieval.index.embedded import ToolIndex

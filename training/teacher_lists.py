@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from retrieval.catalog.model import Catalog, ToolId, load_default_catalog
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import Catalog, ToolId
 from retrieval.index.embedded import ToolIndex
 
 __all__ = ["mine_lists", "split_catalog", "main"]

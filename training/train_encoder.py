@@ -26,7 +26,8 @@ DATA = Path(__file__).resolve().parent / "data"
 
 def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: int = 13) -> list[dict]:
     """(anchor, positive card, tool key) rows from train servers only."""
-    from retrieval.catalog.model import ToolId, load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.model import ToolId
     from retrieval.index.embedded import ToolIndex
     from retrieval.index.text import tool_passages
 

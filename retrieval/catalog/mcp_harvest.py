@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from .model import Catalog, CatalogError, Tool, tools_from_mcp_list
+from .formats import tools_from_mcp_list
+from .model import Catalog, CatalogError, Tool
 
 if TYPE_CHECKING:
     from mcp import ClientSession, types

@@ -16,7 +16,8 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
-from .model import Catalog, CatalogError, Tool, load_default_catalog, tools_from_mcp_list
+from .formats import load_default_catalog, tools_from_mcp_list
+from .model import Catalog, CatalogError, Tool
 
 __all__ = ["SmitheryLoad", "read_smithery", "load_smithery"]
 

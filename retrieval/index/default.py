@@ -13,7 +13,7 @@ import logging
 from functools import lru_cache
 from pathlib import Path
 
-from retrieval.catalog.model import default_catalog_path, default_examples_path, load_default_catalog
+from retrieval.catalog.formats import default_catalog_path, default_examples_path, load_default_catalog
 from .embedded import IndexLoadError, ToolIndex
 from .encoder import default_encoder_path
 

@@ -31,7 +31,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from retrieval.catalog.eligibility import Eligibility
-from retrieval.catalog.model import CatalogError, ToolId, check_text
+from retrieval.catalog.model import CatalogError, ToolId
+from retrieval.catalog.rules import check_text
 from retrieval.fsutil import written_aside
 from retrieval.jsonl import dumps_line, round_trips
 from .fusion import reciprocal_rank_fusion

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from retrieval.catalog.model import CatalogError, Tool, ToolId, load_catalog, read_catalog
+from retrieval.catalog.formats import load_catalog, read_catalog
+from retrieval.catalog.model import CatalogError, Tool, ToolId
 from retrieval.index import default as default_index
 from retrieval.index.embedded import ToolIndex
 from retrieval.pipeline.confidence import ConfidenceModel

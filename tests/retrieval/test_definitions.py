@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.catalog.model import Tool, ToolId, load_default_catalog
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import Tool, ToolId
 from retrieval.pipeline.definitions import (NAME_RE, DefinitionSet, build_definitions, definition, function_name,
                                             to_anthropic, to_mcp, to_openai)
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from retrieval.catalog.eligibility import Eligibility
-from retrieval.catalog.model import ToolId, load_default_catalog
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import ToolId
 from retrieval.shortcuts.exact_names import ExactNameMatcher, is_identifier_like
 
 TOOLS = [

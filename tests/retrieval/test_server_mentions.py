@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.catalog.model import load_default_catalog
+from retrieval.catalog.formats import load_default_catalog
 from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
 

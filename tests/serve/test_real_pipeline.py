@@ -47,7 +47,7 @@ proceed_threshold = 1.0
 def real_pipeline():
     if not CATALOG.exists():
         pytest.skip("tiny catalog mcp_tools_5.json not available")
-    from retrieval.catalog.model import load_catalog
+    from retrieval.catalog.formats import load_catalog
     from retrieval.index.embedded import ToolIndex
     from retrieval.pipeline.flow import Pipeline
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.catalog.model import Tool, ToolId, load_catalog
+from retrieval.catalog.formats import load_catalog
+from retrieval.catalog.model import Tool, ToolId
 from training import generate
 from training.judge import (
     LlamaCppJudge,

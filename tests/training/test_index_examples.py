@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from retrieval.catalog.model import Catalog, Tool, load_catalog
+from retrieval.catalog.formats import load_catalog
+from retrieval.catalog.model import Catalog, Tool
 from retrieval.index.examples import load_cache, plan_examples, write_examples
 from training.llm import ChatClient, LLMConfig
 
