@@ -64,7 +64,7 @@ pct, timed, print_table = rs.pct, rs.timed, rs.print_table
 
 
 def qdrant_config(args: argparse.Namespace, name: str, **kw: Any):
-    from retrieval.index.qdrant.index import QdrantConfig
+    from retrieval.index.qdrant.schema import QdrantConfig
 
     collection = f"toolrank-bench-{name.strip('+')}-{os.getpid()}"
     if args.qdrant_url:
@@ -266,7 +266,7 @@ def tool_table_memory(index: Any, encoder: Any) -> dict[str, float]:
 
 def bytes_per_tool(index: Any) -> dict[str, float]:
     """What one tool takes in Qdrant, before indexes: dense floats, sparse pairs, payload JSON."""
-    from retrieval.index.qdrant.index import DENSE, SPARSE
+    from retrieval.index.qdrant.schema import DENSE, SPARSE
 
     entries = index._view.entries
     ids = [e.point for e in random.Random(0).sample(entries, min(500, len(entries)))]

@@ -19,7 +19,8 @@ import logging
 import threading
 from typing import Any, Callable, Iterator
 
-from retrieval.index.qdrant.index import QdrantCollection, QdrantToolIndex
+from retrieval.index.qdrant.collection import QdrantCollection
+from retrieval.index.qdrant.index import QdrantToolIndex
 
 __all__ = ["QdrantStore", "qdrant_store"]
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 if TYPE_CHECKING:
-    from retrieval.index.qdrant.index import QdrantConfig, QdrantToolIndex
+    from retrieval.index.qdrant.index import QdrantToolIndex
+    from retrieval.index.qdrant.schema import QdrantConfig
     from .embedded import ToolIndex
 
 __all__ = ["BACKENDS", "BackendConfig", "qdrant_index"]
@@ -68,7 +69,7 @@ class BackendConfig:
         Raises:
             ValueError: neither or both of a URL and a path.
         """
-        from retrieval.index.qdrant.index import QdrantConfig
+        from retrieval.index.qdrant.schema import QdrantConfig
 
         if (self.qdrant_url is None) == (self.qdrant_path is None):
             raise ValueError("--backend qdrant needs --qdrant-url URL (a server, e.g. http://localhost:6333) or "
@@ -92,7 +93,8 @@ def qdrant_index(config: "QdrantConfig", *, seed: Callable[[], "ToolIndex"] | No
         QdrantUnavailable: Qdrant cannot be reached.
         IndexLoadError: the collection is empty and there is no seed, or it does not match.
     """
-    from retrieval.index.qdrant.index import QdrantCollection, QdrantToolIndex
+    from retrieval.index.qdrant.collection import QdrantCollection
+    from retrieval.index.qdrant.index import QdrantToolIndex
     from .embedded import IndexLoadError
 
     coll = QdrantCollection.connect(config)

@@ -16,14 +16,17 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from qdrant_client import models
 
 from fakes import HashEncoder, tiny_catalog
 from retrieval.catalog.eligibility import Eligibility
 from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.index.bm25 import BM25Index, tokenize
 from retrieval.index.embedded import IndexLoadError, IndexSaveError, ToolIndex
-from retrieval.index.qdrant.index import (LIVE, LOCK_ID, PUBLIC, QdrantCollection, QdrantConfig, QdrantLockTimeout,
-                                          QdrantToolIndex, QdrantUnavailable, models)
+from retrieval.index.qdrant.collection import QdrantCollection
+from retrieval.index.qdrant.index import QdrantToolIndex
+from retrieval.index.qdrant.schema import LIVE, LOCK_ID, PUBLIC, QdrantConfig, QdrantLockTimeout, QdrantUnavailable
+from retrieval.index.qdrant.state import tool_point
 from retrieval.index.text import tool_document
 
 SERVER = os.environ.get("QDRANT_URL")
@@ -312,7 +315,7 @@ def test_old_versions_are_collected_and_a_far_behind_replica_reloads(qdrant):
 def test_a_crashed_writers_lock_is_taken_over_and_its_leftovers_undone(qdrant):
     index = qdrant.build(lock_lease_s=5.0)
     coll = index.collection
-    ghost = QdrantToolIndex.build.__globals__["_point"](  # a point a crashed writer left at version 2
+    ghost = tool_point(  # a point a crashed writer left at version 2
         Tool("Ghost", "boo", "unpublished"), PUBLIC, 2, 0, np.ones(64, np.float32) / 8, ["boo"], index._head,
         index._state.vocab)[0]
     coll.client.upsert(coll.name, points=[ghost, models.PointStruct(id=LOCK_ID, vector={}, payload={

@@ -7,7 +7,8 @@ from fakes import HashEncoder, tiny_catalog
 from retrieval.catalog.model import ToolId
 from retrieval.index.embedded import ToolIndex
 from retrieval.index.hits import Hit
-from retrieval.index.qdrant.index import QdrantConfig, QdrantToolIndex
+from retrieval.index.qdrant.index import QdrantToolIndex
+from retrieval.index.qdrant.schema import QdrantConfig
 
 
 def test_the_backends_agree_up_to_ties(load_benchmark):

@@ -5,3 +5,8 @@
 * :mod:`.state`: the versioned tool table a replica holds, and reading it from the collection.
 * :mod:`.index`: ``QdrantToolIndex``: open, build, refresh, tenant views, writes, search.
 """
+
+try:  # every module here needs the client: one message, whichever is imported first
+    import qdrant_client  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the extra is not installed
+    raise ImportError("the Qdrant backend needs qdrant-client: pip install 'toolrank[qdrant]'") from exc
