@@ -27,7 +27,8 @@ from retrieval.evaluation.abstention import (abstention_report, format_abstentio
                                              nofit_report, plot_coverage_risk)
 from retrieval.evaluation.harness import evaluate, format_report, load_queries, pipeline_rerankers  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
-from retrieval.pipeline.flow import Pipeline, Policy  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 # Requests written apart from the catalog's example requests and from questions.jsonl, over the

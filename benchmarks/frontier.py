@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
-from retrieval.pipeline.flow import Pipeline, Policy  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 
 
 def measure(pipe: Pipeline, queries, policy: Policy) -> dict:

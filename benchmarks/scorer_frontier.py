@@ -37,7 +37,8 @@ if str(ROOT) not in sys.path:
 from retrieval.catalog.model import ToolId  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
-from retrieval.pipeline.flow import Pipeline, Policy  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 from scorer import Scorer  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"

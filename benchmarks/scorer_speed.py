@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.catalog.model import Catalog, Tool, ToolId  # noqa: E402
 from retrieval.jsonl import read_jsonl  # noqa: E402
 from scorer import Scorer  # noqa: E402

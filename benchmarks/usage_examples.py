@@ -35,7 +35,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.catalog.model import Catalog, ToolId  # noqa: E402
 from retrieval.index.embedded import ToolIndex  # noqa: E402
 from retrieval.index.learned import LearnedExamples, retrieve_with_learned  # noqa: E402

@@ -83,7 +83,8 @@ def _index_from(a: argparse.Namespace):
 
 
 def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top: int | None = None):
-    from .pipeline.flow import Policy, load_pipeline
+    from .pipeline.decision import Policy
+    from .pipeline.flow import load_pipeline
 
     return load_pipeline(index, False if no_model else model, policy=Policy(score_top=score_top), threads=threads)
 

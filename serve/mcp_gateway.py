@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from mcp import ClientSession, types
 
     from retrieval.index.embedded import ToolIndex
-    from retrieval.pipeline.flow import Pipeline, Policy
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.flow import Pipeline
     from retrieval.pipeline.results import SearchResult
 
 __all__ = ["Components", "default_components", "Backend", "BackendUnavailable", "ConnectionLost", "Gateway",
@@ -259,7 +260,7 @@ class Gateway:
                  index: "ToolIndex | None" = None, eligible: Eligibility | None = None,
                  policy_overrides: dict[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None):
-        from retrieval.pipeline.flow import Policy
+        from retrieval.pipeline.decision import Policy
 
         if config is None and index is None:
             raise ValueError("the gateway needs an MCP configuration, an index, or both")

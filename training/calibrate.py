@@ -39,7 +39,7 @@ from retrieval.pipeline.confidence import (FEATURES, RETRIEVAL_FEATURES, Confide
 from retrieval.catalog.eligibility import Eligibility
 from retrieval.evaluation.harness import Query, load_queries
 from retrieval.index.embedded import ToolIndex
-from retrieval.pipeline.flow import first_logits
+from retrieval.pipeline.confidence import first_logits
 from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
 log = logging.getLogger("toolrank.calibrate")

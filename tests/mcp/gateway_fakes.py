@@ -21,7 +21,8 @@ from fakes import HashEncoder, logit, tiny_catalog  # noqa: E402
 from retrieval.index.embedded import ToolIndex  # noqa: E402
 from retrieval.index.text import split_identifier  # noqa: E402
 from retrieval.pipeline.confidence import ConfidenceModel  # noqa: E402
-from retrieval.pipeline.flow import Pipeline, Policy  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 from serve.mcp_gateway import Components  # noqa: E402
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)

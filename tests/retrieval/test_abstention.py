@@ -14,7 +14,8 @@ from retrieval.evaluation.abstention import (abstention_report, auroc, coverage_
 from retrieval.catalog.model import ToolId
 from retrieval.evaluation.harness import Query
 from retrieval.pipeline.confidence import ConfidenceModel
-from retrieval.pipeline.flow import Pipeline, Policy
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.flow import Pipeline
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)
 

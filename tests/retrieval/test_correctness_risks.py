@@ -14,7 +14,8 @@ from retrieval.catalog.model import CatalogError, Tool, ToolId
 from retrieval.index import default as default_index
 from retrieval.index.embedded import ToolIndex
 from retrieval.pipeline.confidence import ConfidenceModel
-from retrieval.pipeline.flow import Pipeline, Policy, load_pipeline
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.flow import Pipeline, load_pipeline
 from retrieval.pipeline.tokens import TokenCounter
 
 from fakes import FakeScorer, tiny_catalog

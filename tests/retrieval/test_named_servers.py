@@ -14,7 +14,8 @@ from retrieval.catalog.model import Tool, ToolId
 from retrieval.index.embedded import ToolIndex
 from retrieval.index.hits import Hit
 from retrieval.pipeline.confidence import ConfidenceModel, candidate_features, combiner_file
-from retrieval.pipeline.flow import Pipeline, Policy
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.flow import Pipeline
 from retrieval.pipeline.serialize import result_to_dict
 
 from fakes import FakeScorer, logit, tiny_catalog

@@ -17,8 +17,9 @@ from retrieval.index.bm25 import tokenize
 from retrieval.index.embedded import ToolIndex
 from retrieval.index.text import tool_document
 from retrieval.pipeline.confidence import ConfidenceModel
+from retrieval.pipeline.decision import Policy
 from retrieval.pipeline.definitions import NAME_RE, function_name
-from retrieval.pipeline.flow import Pipeline, Policy
+from retrieval.pipeline.flow import Pipeline
 from retrieval.pipeline.serialize import result_to_dict, tool_to_dict
 from retrieval.pipeline.tokens import TokenCounter
 from retrieval.shortcuts.always_available import AlwaysAvailable, AlwaysAvailableRule
