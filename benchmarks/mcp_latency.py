@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the raw timings here")
     a = p.parse_args(argv)
 
-    from retrieval.catalog.mcp_harvest import index_mcp_config, load_mcp_config
+    from retrieval.catalog.mcp_harvest import load_mcp_config
+    from retrieval.index.mcp import index_mcp_config
 
     # The example's "python" must be this interpreter (it has the SDK).
     raw = json.loads(a.config.read_text())

@@ -175,7 +175,8 @@ def _index_qdrant(a: argparse.Namespace, backend) -> int:
 def _index_mcp(a: argparse.Namespace) -> int:
     """`toolrank index --mcp-config FILE`: 0 when every server was indexed, 1 when some failed
     (the others are indexed), 2 when none could be."""
-    from .catalog.mcp_harvest import index_mcp_config, install_log_redaction, redact
+    from .catalog.mcp_harvest import install_log_redaction, redact
+    from .index.mcp import index_mcp_config
 
     if a.out is not None or a.examples or a.no_examples:
         raise ValueError("with --mcp-config, give the index folder as --index DIR (--out, --examples and "

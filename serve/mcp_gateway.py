@@ -27,8 +27,9 @@ import anyio
 from retrieval.catalog.eligibility import Eligibility
 from retrieval.catalog.model import ToolId
 from retrieval.catalog.mcp_harvest import (DEFAULT_TIMEOUT_S, STRAY_ANSWER, McpConfig, ServerHarvest, ServerSpec,
-                                           apply_harvest, describe_error, list_all_tools, open_session, redact,
-                                           server_description, tools_from_listing)
+                                           describe_error, list_all_tools, open_session, redact, server_description,
+                                           tools_from_listing)
+from retrieval.index.mcp import apply_harvest
 
 if TYPE_CHECKING:
     from mcp import ClientSession, types

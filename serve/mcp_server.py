@@ -303,7 +303,7 @@ def build_server(gateway: Gateway) -> "Server":
     from mcp import types
     from mcp.server.lowlevel import Server
 
-    from retrieval.catalog.mcp_harvest import package_version
+    from retrieval.version import package_version
 
     server: Server = Server("toolrank", version=package_version(), instructions=(
         "toolrank finds the few tools that fit a task among all the user's MCP servers"
@@ -590,8 +590,9 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
     Raises:
         ValueError: a bad option, configuration, tenants file or index (one line, no traceback).
     """
-    from retrieval.catalog.mcp_harvest import default_mcp_index_path, load_mcp_config
+    from retrieval.catalog.mcp_harvest import load_mcp_config
     from retrieval.index.embedded import IndexLoadError
+    from retrieval.index.mcp import default_mcp_index_path
 
     if a.timeout <= 0 or a.call_timeout <= 0:
         raise ValueError("--timeout and --call-timeout must be positive numbers of seconds")

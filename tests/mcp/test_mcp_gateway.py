@@ -112,7 +112,7 @@ async def test_refusals_and_hidden_servers(tmp_path):
     """Only configured, eligible servers and tools run; a hidden server is refused exactly like an
     unknown one and never appears in results, errors or suggestions."""
     from fakes import HashEncoder
-    from retrieval.catalog.mcp_harvest import index_mcp_config
+    from retrieval.index.mcp import index_mcp_config
 
     (tmp_path / "tenants.toml").write_text(TENANTS)
     cfg = write_config(tmp_path / "mcp.json", {"weather": server("weather"), "notes": server("notes"),

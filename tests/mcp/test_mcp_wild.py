@@ -12,8 +12,10 @@ import anyio
 import pytest
 
 from fakes import HashEncoder
-from retrieval.catalog.mcp_harvest import index_mcp_config, load_mcp_config, package_version
+from retrieval.catalog.mcp_harvest import load_mcp_config
 from retrieval.cli import main as toolrank
+from retrieval.index.mcp import index_mcp_config
+from retrieval.version import package_version
 
 from mcp_helpers import FAKES, PY, ROOT, HERE, payload, server, stdio_gateway, text, write_config
 from test_mcp_gateway import run, wait_for
