@@ -1,5 +1,6 @@
-"""The import layers: scorer below retrieval below serve and training (import-linter, pyproject.toml),
-and no module reached by an import string except through the CLI's one dispatch table."""
+"""The import layers: scorer below retrieval below serve and training, and retrieval's rooms in order
+(import-linter, pyproject.toml), and no module reached by an import string except through the CLI's
+one dispatch table."""
 
 from __future__ import annotations
 
