@@ -5,6 +5,7 @@ one dispatch table."""
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,15 @@ def test_the_layers_hold():
     pytest.importorskip("importlinter", reason="import-linter is in the test extra; regenerate the lock (.ci/lock)")
     from importlinter.cli import lint_imports
 
-    assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
+    # lint_imports configures logging with dictConfig, which disables every logger that exists:
+    # give the loggers of the code under test back to the tests that run after this one.
+    enabled = [lg for lg in logging.root.manager.loggerDict.values()
+               if isinstance(lg, logging.Logger) and not lg.disabled]
+    try:
+        assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
+    finally:
+        for lg in enabled:
+            lg.disabled = False
 
 
 def _string_imports(path: Path) -> list[int]:
