@@ -33,8 +33,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,7 +45,8 @@ from typing import Any
 import httpx
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_process import REPO, ServiceProcess, free_port, service_env  # noqa: E402
 ADMIN_KEY, USER_KEY = "loadtest-admin-key", "loadtest-user-key"
 
 REQUESTS = [
@@ -77,12 +76,6 @@ REQUESTS = [
 # ------------------------------------------------------------------ server process
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_tenants(path: Path) -> None:
     import hashlib
 
@@ -94,11 +87,7 @@ def write_tenants(path: Path) -> None:
 
 
 @dataclass
-class Server:
-    proc: subprocess.Popen
-    base: str
-    log: Path
-
+class Server(ServiceProcess):
     def rss(self) -> int:
         """Resident memory of the server and all its worker processes, in bytes."""
         try:
@@ -114,16 +103,6 @@ class Server:
                 pass
         return total
 
-    def stop(self) -> int | None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
 
 def start_server(args: argparse.Namespace, work: Path, store: Path, workers: int, deadline: float,
                  name: str, extra_env: dict[str, str] | None = None) -> Server:
@@ -137,26 +116,11 @@ def start_server(args: argparse.Namespace, work: Path, store: Path, workers: int
         cmd += ["--model", str(args.model)]
     if args.no_suggestions:
         cmd += ["--no-suggestions"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLRANK_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra_env or {})
     log = work / f"{name}.log"
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=service_env(extra_env), stdout=open(log, "w"), stderr=subprocess.STDOUT)
     server = Server(proc, f"http://127.0.0.1:{port}", log)
-    limit = min(deadline, time.monotonic() + args.startup_seconds)
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} during start-up; log:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(server.base + "/readyz", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > limit:
-            server.stop()
-            raise RuntimeError(f"server not ready after {args.startup_seconds}s; log:\n{log.read_text()[-3000:]}")
-        time.sleep(0.25)
+    server.wait_ready(min(deadline, time.monotonic() + args.startup_seconds), f"server ({name})")
+    return server
 
 
 # ------------------------------------------------------------------ measuring

@@ -32,6 +32,8 @@ import anyio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_process import free_port  # noqa: E402
 
 REQUESTS = [
     "will it rain in Lisbon over the next few days?",
@@ -54,12 +56,6 @@ def pct(values: list[float], q: float) -> float:
 
 def row(label: str, ms: list[float]) -> str:
     return f"| {label} | {pct(ms, 0.5):.1f} | {pct(ms, 0.95):.1f} | {len(ms)} |"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measure_harvest(config, rounds: int) -> dict[str, list[float]]:

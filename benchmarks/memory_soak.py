@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,11 +25,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from retrieval.jsonl import read_jsonl  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_process import ServiceProcess, free_port  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,22 +43,17 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Path(tempfile.mkdtemp()) / "tenants.toml"
     cfg.write_text(f'[[tenants]]\nname = "soak"\nkey_sha256 = ["{hash_key("k-soak")}"]\nservers = "*"\n{policy}')
     port = free_port()
+    log = cfg.parent / "server.log"
     proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "--host", "127.0.0.1", "--port", str(port),
-                             "--config", str(cfg)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             "--config", str(cfg)], cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                             env={**os.environ})
+    server = ServiceProcess(proc, f"http://127.0.0.1:{port}", log)
     questions = [row["query"] for _, row in read_jsonl(ROOT / "training" / "data" / "questions.jsonl")
                  if row.get("split") == "dev"]
     samples = []
     try:
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": "k-soak"}, timeout=60)
-        t0 = time.time()
-        while time.time() - t0 < 120:
-            try:
-                if client.get("/readyz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        server.wait_ready(time.monotonic() + 120)
+        client = httpx.Client(base_url=server.base, headers={"X-API-Key": "k-soak"}, timeout=60)
         rss = lambda: psutil.Process(proc.pid).memory_info().rss / 2**20  # noqa: E731
         samples.append((0, rss()))
         errors, start = 0, time.time()
@@ -79,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.out:
             a.out.write_text(json.dumps(out, indent=1))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.stop()
     return 0
 
 

@@ -28,8 +28,6 @@ import json
 import os
 import resource
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,8 +39,8 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"  # loopback only, by construction
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from service_process import HOST, REPO, ServiceProcess, free_port, service_env  # noqa: E402
 KEY = "slow-clients-bench-key"
 
 # The service as it ran before issue 24: uvicorn's own protocol and the event loop's own error log.
@@ -63,12 +61,6 @@ SERVERS = [("GitHub", ["create_issue", "list_pull_requests", "merge_pull_request
            ("Gmail", ["send_email", "search_mail", "create_draft"])]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
 def write_inputs(work: Path) -> None:
     import hashlib
 
@@ -81,20 +73,8 @@ def write_inputs(work: Path) -> None:
 
 
 @dataclass
-class Server:
-    name: str
-    proc: subprocess.Popen
-    base: str
-    log: Path
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+class Server(ServiceProcess):
+    name: str = "server"
 
     def open_fds(self) -> int | None:
         """Descriptors the server process holds now (Linux; None elsewhere)."""
@@ -110,9 +90,7 @@ class Server:
 
 def start(name: str, args: argparse.Namespace, work: Path, deadline: float) -> Server:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLRANK_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-               OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
+    env = service_env()
     store, catalog, tenants = work / "store", work / "catalog.jsonl", work / "tenants.toml"
     if name == "unbounded":  # what the CLI set up, then plain uvicorn
         env.update(TOOLRANK_CONFIG=str(tenants), TOOLRANK_INDEX_DIR=str(store), TOOLRANK_CATALOG=str(catalog),
@@ -131,20 +109,9 @@ def start(name: str, args: argparse.Namespace, work: Path, deadline: float) -> S
     log = work / f"{name}.log"
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                             preexec_fn=lower_fd_limit)
-    server = Server(name, proc, f"http://{HOST}:{port}", log)
-    until = min(deadline, time.monotonic() + args.startup_seconds)
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} server exited with {proc.returncode}; log:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(server.base + "/readyz", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > until:
-            server.stop()
-            raise RuntimeError(f"{name} server not ready after {args.startup_seconds} s; log:\n{log.read_text()[-3000:]}")
-        time.sleep(0.25)
+    server = Server(proc, f"http://{HOST}:{port}", log, name)
+    server.wait_ready(min(deadline, time.monotonic() + args.startup_seconds), f"{name} server")
+    return server
 
 
 # ------------------------------------------------------------------ slow clients

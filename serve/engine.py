@@ -21,7 +21,7 @@ from retrieval.catalog.rules import confusable_with
 
 from .index_store import IndexStore, StoreError
 
-__all__ = ["Engine", "Snapshot", "UpdateOutcome", "rebind", "load_like"]
+__all__ = ["Engine", "Snapshot", "UpdateOutcome", "rebind", "load_like", "model_info"]
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,19 @@ def load_like(index: Any, path: Path) -> Any:
     return cls.load(path)
 
 
+def model_info(pipeline: Any) -> dict[str, Any]:
+    """The served scorer's name and version (both None when the pipeline names none)."""
+    info = getattr(pipeline, "model_info", None) or {}
+    return {"name": info.get("name"), "version": None if info.get("version") is None else str(info.get("version"))}
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One consistent view for one request: never changes under it."""
 
     pipeline: Any
     version: int
-    # Per-tenant view fingerprints of this version (see serve.app), filled on first use.
+    # Per-tenant view fingerprints of this version (see serve.routes.common), filled on first use.
     views: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

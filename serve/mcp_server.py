@@ -451,6 +451,27 @@ class _Disconnects(logging.Filter):
         return True
 
 
+class _DiscoverProbe(logging.Filter):
+    """An mcp 2.x client opens with ``server/discover`` (protocol 2026-07-28). This SDK (1.x) does not
+    know it and answers with an error, on which the client goes on with the ``initialize`` handshake,
+    as the protocol intends; but the SDK also logs the whole failed validation, some 70 lines, as a
+    WARNING on every connection. One DEBUG line instead (a root-logger filter: the SDK logs there)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if message.startswith("Failed to validate request") and "'server/discover'" in message:
+            log.debug("a client asked for server/discover (protocol 2026-07-28, not known to this SDK): "
+                      "answered with an error, the client falls back to initialize")
+            return False
+        return True
+
+
+def install_discover_probe_filter() -> None:
+    root = logging.getLogger()
+    if not any(isinstance(f, _DiscoverProbe) for f in root.filters):
+        root.addFilter(_DiscoverProbe())
+
+
 def http_app(gateway: Gateway, server: "Server", host: str = "127.0.0.1", token: str | None = None) -> Any:
     """A Starlette app serving MCP at ``/mcp`` (streamable HTTP) for ``gateway`` (with a bearer token
     when ``token`` is given)."""
@@ -652,6 +673,7 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)    # one line per request, each with its full URL
     install_log_redaction()
+    install_discover_probe_filter()
     if a.mcp_config and _started_by_itself(a.mcp_config):
         return _refuse_recursion(a.mcp_config)
     sock = None

@@ -63,6 +63,20 @@ class _Body(_Request):
         return data
 
 
+class _Asking(_Body):
+    """A body with a ``request`` and an optional ``need`` (score and search): neither may be blank."""
+
+    @field_validator("request", check_fields=False)
+    @classmethod
+    def _request_text(cls, v: str) -> str:
+        return _not_blank(v, "request")  # type: ignore[return-value]
+
+    @field_validator("need", check_fields=False)
+    @classmethod
+    def _need_text(cls, v: str | None) -> str | None:
+        return _not_blank(v, "need")
+
+
 # ------------------------------------------------------------------ /v1/score
 
 
@@ -80,7 +94,7 @@ class Candidate(_Request):
                              examples=["Create a new issue in a GitHub repository."])
 
 
-class ScoreRequest(_Body):
+class ScoreRequest(_Asking):
     """Score candidate tools against one request."""
 
     request: str = Field(min_length=1, max_length=MAX_REQUEST_CHARS,
@@ -91,16 +105,6 @@ class ScoreRequest(_Body):
                              examples=["a tool that files an issue in a repository"])
     candidates: list[Candidate] = Field(min_length=1, max_length=MAX_CANDIDATES,
                                         description=f"1 to {MAX_CANDIDATES} tools to score.")
-
-    @field_validator("request")
-    @classmethod
-    def _request_text(cls, v: str) -> str:
-        return _not_blank(v, "request")  # type: ignore[return-value]
-
-    @field_validator("need")
-    @classmethod
-    def _need_text(cls, v: str | None) -> str | None:
-        return _not_blank(v, "need")
 
 
 SCORER_PROBABILITY = (
@@ -147,7 +151,7 @@ class PreviousAttempt(_Request):
                                  description="Optional: the tools the earlier answer offered.")
 
 
-class SearchRequest(_Body):
+class SearchRequest(_Asking):
     """Find the tools that fit a request among the caller's servers."""
 
     request: str = Field(min_length=1, max_length=MAX_REQUEST_CHARS,
@@ -164,16 +168,6 @@ class SearchRequest(_Body):
     explain: bool = Field(False, description="Add why each tool was chosen (retrieval ranks, scores).")
     format: Format = Field("mcp", description="Shape of each tool definition: MCP, OpenAI or Anthropic tools.",
                            examples=["mcp"])
-
-    @field_validator("request")
-    @classmethod
-    def _request_text(cls, v: str) -> str:
-        return _not_blank(v, "request")  # type: ignore[return-value]
-
-    @field_validator("need")
-    @classmethod
-    def _need_text(cls, v: str | None) -> str | None:
-        return _not_blank(v, "need")
 
 
 class ToolResult(BaseModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Annotated, Literal, Mapping
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,6 +16,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 __all__ = ["Settings", "unknown_variables"]
 
 MIB = 1024 * 1024
+
+# A duration in seconds: more than zero; each field adds its own upper bound.
+Seconds = Annotated[float, Field(gt=0)]
 
 # TOOLRANK_* variables read elsewhere (model cache, LLM judge, internal hand-over from the CLI).
 OTHER_VARIABLES = frozenset({"TOOLRANK_CACHE", "TOOLRANK_MODELS", "TOOLRANK_LLM_BASE_URL", "TOOLRANK_LLM_API_KEY",
@@ -48,8 +51,8 @@ class Settings(BaseSettings):
     require_scorer: bool = Field(
         False, description="Fail to become ready when no scorer model can be loaded (default: run on "
                            "retrieval scores alone and say so in /readyz).")
-    poll_interval_s: float = Field(
-        2.0, gt=0, le=60, description="How often a worker checks the store for a newer index version.")
+    poll_interval_s: Seconds = Field(
+        2.0, le=60, description="How often a worker checks the store for a newer index version.")
     keep_versions: int = Field(5, ge=2, le=100, description="Index versions kept on disk (older ones are deleted).")
     backend: Literal["embedded", "qdrant"] = Field(
         "embedded", description="Index backend: 'embedded' (bm25s + FAISS in each worker, a shared index folder) or "
@@ -65,20 +68,20 @@ class Settings(BaseSettings):
     max_queue: int = Field(
         16, ge=0, le=10_000, description="Scoring and search requests that may wait for a pipeline slot per worker; "
                                          "beyond that the answer is 503 with Retry-After.")
-    max_queue_wait_s: float = Field(
-        5.0, gt=0, le=600, description="Refuse at once (503 with Retry-After) a request whose expected wait for a "
-                                       "pipeline slot, from the recent duration of calls, is longer than this.")
-    request_timeout_s: float = Field(
-        30.0, gt=0, le=600, description="Deadline of a scoring or search request, waiting included: past it the "
-                                        "work is stopped and the answer is 503 with Retry-After.")
-    header_timeout_s: float = Field(
-        10.0, gt=0, le=600, description="A client must send its request line and headers within this many seconds "
-                                        "of connecting (or of its previous response); past it: 408 and close.")
-    body_timeout_s: float = Field(
-        30.0, gt=0, le=3600, description="A client must send the whole request body within this many seconds of "
-                                         "its headers; past it: 408 and close.")
-    keep_alive_s: float = Field(
-        5.0, gt=0, le=600, description="An idle kept-alive connection is closed after this many seconds.")
+    max_queue_wait_s: Seconds = Field(
+        5.0, le=600, description="Refuse at once (503 with Retry-After) a request whose expected wait for a "
+                                 "pipeline slot, from the recent duration of calls, is longer than this.")
+    request_timeout_s: Seconds = Field(
+        30.0, le=600, description="Deadline of a scoring or search request, waiting included: past it the "
+                                  "work is stopped and the answer is 503 with Retry-After.")
+    header_timeout_s: Seconds = Field(
+        10.0, le=600, description="A client must send its request line and headers within this many seconds "
+                                  "of connecting (or of its previous response); past it: 408 and close.")
+    body_timeout_s: Seconds = Field(
+        30.0, le=3600, description="A client must send the whole request body within this many seconds of "
+                                   "its headers; past it: 408 and close.")
+    keep_alive_s: Seconds = Field(
+        5.0, le=600, description="An idle kept-alive connection is closed after this many seconds.")
     max_connections: int = Field(
         1000, ge=16, le=1_000_000, description="Open connections per worker (kept below the file-descriptor limit). "
                                                "At the cap a new connection evicts the one that has waited longest "

@@ -45,8 +45,7 @@ from retrieval.jsonl import dumps_line, read_jsonl
 
 from .index_store import IndexStore, StoreError
 
-__all__ = ["GatewayUsage", "TenantUsage", "UsageBook", "FeedbackOutcome", "tenant_folder", "usage_root_for", "install_usage_routes",
-           "main"]
+__all__ = ["GatewayUsage", "TenantUsage", "UsageBook", "FeedbackOutcome", "tenant_folder", "usage_root_for", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -302,65 +301,6 @@ class LearnedList(BaseModel):
 
 class Removed(BaseModel):
     removed: int = Field(description="How many learned example requests were removed.")
-
-
-def install_usage_routes(app: Any, state: Any, tenant_of: Any, snapshot_of: Any) -> None:
-    """``POST /v1/feedback``, ``GET /v1/examples``, ``DELETE /v1/examples[/{server}/{tool}]``."""
-    from fastapi import Depends, Query
-
-    from .errors import ServiceError
-
-    def book() -> UsageBook:
-        return state.usage
-
-    def _learning(tenant: Any) -> bool:
-        return bool(getattr(tenant, "learn_from_use", True))
-
-    @app.post("/v1/feedback", response_model=FeedbackResponse, tags=["learning"],
-              summary="Which tool the agent called for a search, and whether it worked",
-              description="A successful call to a tool that the search offered makes the search's request an "
-                          "example request of that tool, for the caller only. Failed calls and tools that were "
-                          "not offered are recorded, not learned from.")
-    async def feedback(body: FeedbackRequest, tenant: Any = Depends(tenant_of),
-                       snap: Any = Depends(snapshot_of)) -> FeedbackResponse:
-        import anyio
-
-        offer = book().offer(tenant.name, body.request_id)
-        if offer is None:
-            raise ServiceError(404, "unknown_request_id",
-                               f"no search of yours with request_id {body.request_id!r} in the last "
-                               f"{book().offer_ttl_s / 60:g} minutes on this worker; send feedback for a recent "
-                               "/v1/search answer, quoting its request_id")
-        outcome = await anyio.to_thread.run_sync(
-            lambda: book().feedback(tenant.name, offer, body.request_id, (body.server, body.tool),
-                                    body.outcome == "success", learn=_learning(tenant), error=body.error))
-        return FeedbackResponse(learned=outcome.learned, reason=outcome.reason, examples=outcome.examples)
-
-    @app.get("/v1/examples", response_model=LearnedList, tags=["learning"],
-             summary="The example requests learned from your use")
-    async def list_examples(tenant: Any = Depends(tenant_of)) -> LearnedList:
-        learned = book().learned(tenant.name) or LearnedExamples()
-        tools = [LearnedTool(server=t.server, tool=t.tool, examples=[LearnedExampleOut(**e.to_dict()) for e in ex])
-                 for t, ex in sorted(learned.items()) if tenant.sees_tool(t)]
-        return LearnedList(learning=_learning(tenant), tools=tools)
-
-    @app.delete("/v1/examples", response_model=Removed, tags=["learning"],
-                summary="Forget every example request learned from your use")
-    async def delete_all(tenant: Any = Depends(tenant_of)) -> Removed:
-        import anyio
-        return Removed(removed=await anyio.to_thread.run_sync(book().remove, tenant.name))
-
-    @app.delete("/v1/examples/{server}/{tool}", response_model=Removed, tags=["learning"],
-                summary="Forget a tool's learned example requests (one, with ?request=)")
-    async def delete_tool(server: str, tool: str, request: str | None = Query(None, max_length=2000),
-                          tenant: Any = Depends(tenant_of)) -> Removed:
-        import anyio
-        n = await anyio.to_thread.run_sync(book().remove, tenant.name, (server, tool), request)
-        if not n:
-            raise ServiceError(404, "no_learned_examples",
-                               f"you have no learned example requests for {server!r} / {tool!r}"
-                               + (" matching that request" if request else "") + "; GET /v1/examples lists them")
-        return Removed(removed=n)
 
 
 # ------------------------------------------------------------------ CLI: toolrank examples list|remove

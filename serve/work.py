@@ -5,7 +5,9 @@ Pipeline calls run in worker threads, which cannot be killed. Instead each call 
 the heavy part checks it between steps: :func:`checkpoint` raises :class:`WorkCancelled`
 once the token is spent. The real scorer checks before every ONNX batch (see
 :func:`checkpointed`), so abandoned or overdue work stops within one batch instead of
-running to the end and delaying every request queued behind it.
+running to the end and delaying every request queued behind it. The token is a context
+variable: batches the scorer runs side by side in its own thread pool get the caller's
+context (a plain thread pool would run them with none, and they would never stop).
 """
 
 from __future__ import annotations
@@ -89,11 +91,34 @@ class _CheckpointSession:
         return getattr(self._session, name)
 
 
+class _ContextPool:
+    """A thread pool whose tasks run in a copy of the submitting thread's context, so the work
+    token (a context variable) reaches the batches a scorer runs side by side."""
+
+    def __init__(self, pool: Any):
+        self._pool = pool
+
+    def map(self, fn: Callable[..., Any], *iterables: Any, **kwargs: Any) -> Any:
+        calls = [(contextvars.copy_context(), args) for args in zip(*iterables)]   # one context a task
+        return self._pool.map(lambda call: call[0].run(fn, *call[1]), calls, **kwargs)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._pool.submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
 def checkpointed(scorer: Any) -> Any:
-    """``scorer`` with a :func:`checkpoint` before each ONNX batch; results are unchanged (same
-    batches, same order). A scorer without an ONNX session is returned as it is."""
+    """``scorer`` with a :func:`checkpoint` before each ONNX batch, also in its thread pool when it
+    runs batches side by side; results are unchanged (same batches, same order). A scorer without
+    an ONNX session is returned as it is."""
     session = getattr(scorer, "_session", None)
-    if session is None or not callable(getattr(session, "run", None)) or isinstance(session, _CheckpointSession):
+    if session is None or not callable(getattr(session, "run", None)):
         return scorer
-    scorer._session = _CheckpointSession(session)
+    if not isinstance(session, _CheckpointSession):
+        scorer._session = _CheckpointSession(session)
+    pool = getattr(scorer, "_pool", None)
+    if pool is not None and not isinstance(pool, _ContextPool):
+        scorer._pool = _ContextPool(pool)
     return scorer

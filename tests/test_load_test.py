@@ -50,8 +50,10 @@ def test_open_loop_counts_answers_refusals_and_errors(load_test):
     assert out["refused"] == sum(1 for n in range(1, 21) if n % 3 == 0)
     assert out["other_errors"] == sum(1 for n in range(1, 21) if n % 7 == 0 and n % 3)
     assert out["ok"] == 20 - out["refused"] - out["other_errors"] and out["retry_after_s"] == [2, 2]
-    assert 40 <= out["offered_rps"] <= 60
-    assert calls[-1] - calls[0] >= 0.3                               # spread over the period, not a burst
+    # spread over the period, not a burst: request n is never sent before n / rate s (a slow machine
+    # may send later; only a lower bound on the time taken can be checked without flaking)
+    assert all(calls[n] - calls[0] >= n / 50 - 0.005 for n in range(20))
+    assert out["offered_rps"] <= 20 / (19 / 50) + 0.5
 
 
 def test_overload_table_and_heavy_body(load_test):

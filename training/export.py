@@ -34,6 +34,7 @@ import numpy as np
 
 from scorer.calibration import Calibration
 from retrieval.fsutil import replace_dir
+from retrieval.version import package_version
 from scorer.record import RECORD_FORMAT_VERSION, format_record
 from scorer.reranker import (
     CARD_FILE,
@@ -68,15 +69,6 @@ class ExportError(ValueError):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("toolrank")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def _default_check_pairs() -> list[tuple[str, str]]:
@@ -280,7 +272,7 @@ def export_onnx(
         "truncation": truncation,
         "calibration": cal.to_dict(),
         "training_data_hash": extra.pop("training_data_hash", None),
-        "package_version": _package_version(),
+        "package_version": package_version(),
         "quantization": ({"kind": "dynamic", "weight_type": "QInt8", "per_channel": bool(per_channel),
                           "reduce_range": True, "fp32_matmuls": "feed-forward output projections"}
                          if quantize == "int8" else "none"),

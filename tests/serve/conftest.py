@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from serve.app import create_app  # noqa: E402
 from serve.settings import Settings  # noqa: E402
+from real_app import real_client  # noqa: E402
 from serve_fakes import TENANTS_TOML, FakeIndex, FakePipeline, demo_catalog, wait_ready  # noqa: E402
 
 
@@ -52,3 +53,10 @@ def make_client(tmp_path: Path, tenants_file: Path) -> Iterator[Callable[..., Te
 def client(make_client: Callable[..., TestClient]) -> TestClient:
     return make_client()
 
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[TestClient]:
+    """A started client over the real ToolIndex + Pipeline (real_app.py: hash encoder, fake scorer)."""
+    c = real_client(tmp_path)
+    yield c
+    c.__exit__(None, None, None)

@@ -16,28 +16,16 @@ from retrieval.index.embedded import ToolIndex  # noqa: E402
 from retrieval.pipeline.flow import Pipeline  # noqa: E402
 from serve.app import create_app  # noqa: E402
 from serve.settings import Settings  # noqa: E402
-from serve.tenants import hash_key  # noqa: E402
 from serve_fakes import wait_ready  # noqa: E402
+from testkit import tenants_toml  # noqa: E402
 
 ACME = ["Elasticsearch", "GitHub"]
 KEYS = {"ops": "k-ops", "acme": "k-acme", "all": "k-all"}
-TENANTS = f"""
-[[tenants]]
-name = "ops"
-admin = true
-key_sha256 = ["{hash_key(KEYS['ops'])}"]
-servers = "*"
-
-[[tenants]]
-name = "acme"
-key_sha256 = ["{hash_key(KEYS['acme'])}"]
-servers = {ACME!r}
-
-[[tenants]]
-name = "all"
-key_sha256 = ["{hash_key(KEYS['all'])}"]
-servers = "*"
-""".replace("'", '"')
+TENANTS = tenants_toml(
+    {"name": "ops", "admin": True, "key": KEYS["ops"], "servers": "*"},
+    {"name": "acme", "key": KEYS["acme"], "servers": ACME},
+    {"name": "all", "key": KEYS["all"], "servers": "*"},
+)
 
 
 def key(tenant: str) -> dict[str, str]:
@@ -49,12 +37,12 @@ def real_pipeline() -> Pipeline:
 
 
 def real_client(tmp_path: Path, pipeline: Any | None = None, **settings: Any) -> TestClient:
-    """A started client (enter it with ``with``); the store lives in ``tmp_path / "store"``."""
+    """A started, ready client (call ``__exit__`` when done); the store lives in ``tmp_path / "store"``."""
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS)
     settings.setdefault("index_dir", tmp_path / "store")
     app = create_app(Settings(config=tenants, **settings), pipeline=pipeline or real_pipeline())
     client = TestClient(app, raise_server_exceptions=False)
     client.__enter__()
-    wait_ready(client, timeout=30)
+    wait_ready(client)
     return client

@@ -11,16 +11,19 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from retrieval.catalog.model import Catalog, Tool
-from serve.tenants import hash_key
-from retrieval.index.hits import Hit
-from retrieval.pipeline.results import ScoredTool, SearchResult, TokenReport
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # tests/: testkit.py (also in a uvicorn child)
+
+from retrieval.catalog.model import Catalog, Tool  # noqa: E402
+from retrieval.index.hits import Hit  # noqa: E402
+from retrieval.pipeline.results import ScoredTool, SearchResult, TokenReport  # noqa: E402
+from testkit import WAIT_S, tenants_toml, wait_until  # noqa: E402
 
 WORD = re.compile(r"[a-z0-9]+")
 
@@ -180,44 +183,22 @@ def app_from_env():
 
 KEYS = {"ops": "key-ops", "acme": "key-acme", "globex": "key-globex", "narrow": "key-narrow"}
 
-TENANTS_TOML = f"""
-[[tenants]]
-name = "ops"
-admin = true
-key_sha256 = ["{hash_key(KEYS['ops'])}"]
-servers = "*"
-
-[[tenants]]
-name = "acme"
-key_sha256 = ["{hash_key(KEYS['acme'])}"]
-servers = ["Alpha Mail", "Beta Calendar", "Delta Files"]
-[tenants.policy]
-proceed_threshold = 0.6
-
-[[tenants]]
-name = "globex"
-key_sha256 = ["{hash_key(KEYS['globex'])}"]
-servers = ["Alpha Mail", "Gamma Secret"]
-
-[[tenants]]
-name = "narrow"
-key_sha256 = ["{hash_key(KEYS['narrow'])}"]
-servers = ["Alpha Mail"]
-tools = [["Alpha Mail", "send_email"]]
-"""
+TENANTS_TOML = tenants_toml(
+    {"name": "ops", "admin": True, "key": KEYS["ops"], "servers": "*"},
+    {"name": "acme", "key": KEYS["acme"], "servers": ["Alpha Mail", "Beta Calendar", "Delta Files"],
+     "policy": {"proceed_threshold": 0.6}},
+    {"name": "globex", "key": KEYS["globex"], "servers": ["Alpha Mail", "Gamma Secret"]},
+    {"name": "narrow", "key": KEYS["narrow"], "servers": ["Alpha Mail"], "tools": [["Alpha Mail", "send_email"]]},
+)
 
 
 def auth(tenant: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEYS[tenant]}"}
 
 
-def wait_ready(client: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if client.get("/readyz").status_code == 200:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"service not ready after {timeout}s: {client.get('/readyz').json()}")
+def wait_ready(client: Any, timeout: float = WAIT_S) -> None:
+    """Wait until the app answers /readyz 200 (a bound, not a measurement)."""
+    wait_until(lambda: client.get("/readyz").status_code == 200, "the service's /readyz", timeout)
 
 
 # ------------------------------------------------------------------ slow work, for overload tests
@@ -266,8 +247,29 @@ class SlowPipeline(FakePipeline):
         return super().score(request, need, tools)
 
 
+class FileLog(list):
+    """A SlowPipeline log that also appends each entry to ``path`` as a JSON line (read by the test
+    that runs the pipeline in a uvicorn child process)."""
+
+    def __init__(self, path: str | Path):
+        super().__init__()
+        self.path = Path(path)
+
+    def append(self, entry: Any) -> None:
+        super().append(entry)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(list(entry)) + "\n")
+
+
+def read_file_log(path: Path) -> list[tuple]:
+    return [tuple(json.loads(line)) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def slow_app_from_env():
-    """A uvicorn factory (``serve_fakes:slow_app_from_env``): "slow ..." requests spin for 10 s."""
+    """A uvicorn factory (``serve_fakes:slow_app_from_env``): "slow ..." requests spin for 10 s;
+    the pipeline's log goes to the file named by ``SLOW_PIPELINE_LOG`` when it is set."""
     from serve.app import create_app
 
-    return create_app(pipeline=SlowPipeline(FakeIndex(demo_catalog()), spin_s=10.0))
+    path = os.environ.get("SLOW_PIPELINE_LOG")
+    return create_app(pipeline=SlowPipeline(FakeIndex(demo_catalog()), spin_s=10.0,
+                                            log=FileLog(path) if path else None))

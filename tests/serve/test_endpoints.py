@@ -15,10 +15,28 @@ def test_score_keeps_order_and_probabilities(client):
     assert r.status_code == 200
     body = r.json()
     assert [s["id"] for s in body["scores"]] == ["b", "a", "z"]
-    probs = [s["scorer_probability"] for s in body["scores"]]
-    assert all(0.0 <= p <= 1.0 for p in probs)
-    assert probs[1] > probs[0] and probs[2] == 0.0
+    # the fake scorer's word overlap, in the candidates' order: all of "send an email message" is in
+    # Alpha Mail's send_email, none of it in the other two
+    assert [s["scorer_probability"] for s in body["scores"]] == [0.0, 1.0, 0.0]
     assert body["model"] == {"name": "fake-scorer", "version": "1"}
+
+
+@pytest.mark.parametrize("answer", [[1.5], [-0.1], [float("nan")], [0.5, 0.5]],
+                         ids=["above-1", "below-0", "nan", "one-too-many"])
+def test_a_scorer_answer_that_is_not_one_probability_per_candidate_is_a_500(make_client, answer):
+    """The service checks what the scorer returns before answering: never a probability outside
+    [0, 1], nor scores that do not line up with the candidates."""
+    class Answers(FakePipeline):
+        def score(self, request, need, tools):
+            return answer
+
+        def with_index(self, index):
+            return Answers(index)
+
+    c = make_client(Answers(FakeIndex(demo_catalog())))
+    r = c.post("/v1/score", json={"request": "send an email", "candidates": [{"id": "1", "name": "send_email"}]},
+               headers=auth("acme"))
+    assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
 
 
 def test_score_without_a_scorer_is_503(make_client):

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from real_app import KEYS, key, real_client
-from serve.tenants import hash_key
+from real_app import KEYS, key
 from serve.usage import tenant_folder
+from testkit import tenants_toml
 
 USE = "the cluster turned yellow overnight, which replica is unassigned"   # words of no tool card
 LATER = "cluster yellow again, replica unassigned?"
 
 
-def search(client, tenant, request, **extra):
-    r = client.post("/v1/search", json={"request": request, "explain": True, "k": 8, **extra},
+def search(service, tenant, request, **extra):
+    r = service.post("/v1/search", json={"request": request, "explain": True, "k": 8, **extra},
                     headers={**key(tenant), "X-Request-ID": "fixed-id"})
     assert r.status_code == 200, r.text
     return r.json()
@@ -29,33 +27,26 @@ def dense_of(body, server, tool):
     return next(t["explanation"]["dense_score"] for t in body["tools"] if (t["server"], t["tool"]) == (server, tool))
 
 
-def feedback(client, tenant, request_id, server, tool, outcome="success"):
-    return client.post("/v1/feedback", json={"request_id": request_id, "server": server, "tool": tool,
+def feedback(service, tenant, request_id, server, tool, outcome="success"):
+    return service.post("/v1/feedback", json={"request_id": request_id, "server": server, "tool": tool,
                                              "outcome": outcome}, headers=key(tenant))
 
 
-@pytest.fixture
-def client(tmp_path):
-    c = real_client(tmp_path)
-    yield c
-    c.__exit__(None, None, None)
-
-
-def test_a_successful_call_to_an_offered_tool_is_learned_and_changes_the_ranking(client, tmp_path):
-    before = search(client, "acme", LATER)
-    offered = search(client, "acme", USE)
+def test_a_successful_call_to_an_offered_tool_is_learned_and_changes_the_ranking(service, tmp_path):
+    before = search(service, "acme", LATER)
+    offered = search(service, "acme", USE)
     assert offered["request_id"] == "fixed-id"
     assert ("Elasticsearch", "get_shards") in {(t["server"], t["tool"]) for t in offered["tools"]}
-    r = feedback(client, "acme", "fixed-id", "Elasticsearch", "get_shards")
+    r = feedback(service, "acme", "fixed-id", "Elasticsearch", "get_shards")
     assert r.status_code == 200, r.text
     assert r.json()["learned"] is True and r.json()["examples"] == 1
 
-    after = search(client, "acme", LATER)
+    after = search(service, "acme", LATER)
     assert after != before
     assert dense_of(after, "Elasticsearch", "get_shards") > dense_of(before, "Elasticsearch", "get_shards") + 0.05
     assert rank_of(after, "Elasticsearch", "get_shards") <= rank_of(before, "Elasticsearch", "get_shards")
 
-    listed = client.get("/v1/examples", headers=key("acme")).json()
+    listed = service.get("/v1/examples", headers=key("acme")).json()
     assert listed["learning"] is True
     assert [(t["server"], t["tool"], [e["request"] for e in t["examples"]]) for t in listed["tools"]] == \
         [("Elasticsearch", "get_shards", [USE])]
@@ -63,38 +54,38 @@ def test_a_successful_call_to_an_offered_tool_is_learned_and_changes_the_ranking
     folder = tmp_path / "store" / "usage" / tenant_folder("acme")
     assert (folder / "CURRENT").read_text().strip() == "v1"
 
-    r = client.delete("/v1/examples/Elasticsearch/get_shards", headers=key("acme"))
+    r = service.delete("/v1/examples/Elasticsearch/get_shards", headers=key("acme"))
     assert r.status_code == 200 and r.json() == {"removed": 1}
-    assert search(client, "acme", LATER) == before        # forgotten: the answer is the day-one answer again
-    assert client.delete("/v1/examples/Elasticsearch/get_shards", headers=key("acme")).status_code == 404
+    assert search(service, "acme", LATER) == before        # forgotten: the answer is the day-one answer again
+    assert service.delete("/v1/examples/Elasticsearch/get_shards", headers=key("acme")).status_code == 404
 
 
-def test_failed_calls_and_tools_not_offered_are_recorded_not_learned(client, tmp_path):
-    offered = search(client, "acme", USE)
+def test_failed_calls_and_tools_not_offered_are_recorded_not_learned(service, tmp_path):
+    offered = search(service, "acme", USE)
     names = {(t["server"], t["tool"]) for t in offered["tools"]}
-    r = feedback(client, "acme", "fixed-id", "Elasticsearch", "get_shards", outcome="error")
+    r = feedback(service, "acme", "fixed-id", "Elasticsearch", "get_shards", outcome="error")
     assert r.status_code == 200 and r.json()["learned"] is False and "failed" in r.json()["reason"]
     outside = next((s, t) for s, t in [("GitHub", "create_issue"), ("GitHub", "list_pull_requests"),
                                        ("Elasticsearch", "list_indices")] if (s, t) not in names) \
         if len(names) < 4 else None
     if outside is None:   # k=8 may offer every tool acme has: ask for fewer
-        search(client, "acme", USE, k=1)
+        search(service, "acme", USE, k=1)
         outside = ("GitHub", "list_pull_requests")
-    r = feedback(client, "acme", "fixed-id", *outside)
+    r = feedback(service, "acme", "fixed-id", *outside)
     assert r.status_code == 200 and r.json()["learned"] is False and "not among" in r.json()["reason"]
-    assert client.get("/v1/examples", headers=key("acme")).json()["tools"] == []
+    assert service.get("/v1/examples", headers=key("acme")).json()["tools"] == []
     log = (tmp_path / "store" / "usage" / tenant_folder("acme") / "feedback.jsonl").read_text().splitlines()
     events = [json.loads(line) for line in log]
     assert [(e["outcome"], e["offered"], e["learned"]) for e in events] == [("error", True, False),
                                                                             ("success", False, False)]
 
 
-def test_feedback_needs_the_callers_own_recent_search(client):
-    search(client, "acme", USE)
-    r = feedback(client, "all", "fixed-id", "Elasticsearch", "get_shards")   # another tenant's request id
+def test_feedback_needs_the_callers_own_recent_search(service):
+    search(service, "acme", USE)
+    r = feedback(service, "all", "fixed-id", "Elasticsearch", "get_shards")   # another tenant's request id
     assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_request_id"
-    assert feedback(client, "acme", "never-issued", "Elasticsearch", "get_shards").status_code == 404
-    r = client.post("/v1/feedback", json={"request_id": "fixed-id", "server": "Elasticsearch", "tool": "get_shards",
+    assert feedback(service, "acme", "never-issued", "Elasticsearch", "get_shards").status_code == 404
+    r = service.post("/v1/feedback", json={"request_id": "fixed-id", "server": "Elasticsearch", "tool": "get_shards",
                                           "outcome": "maybe"}, headers=key("acme"))
     assert r.status_code == 422
 
@@ -107,19 +98,14 @@ def test_learning_can_be_switched_off_per_tenant(tmp_path):
     from serve.settings import Settings
     from serve_fakes import wait_ready
 
-    (tmp_path / "tenants.toml").write_text(TENANTS + f"""
-[[tenants]]
-name = "quiet"
-key_sha256 = ["{hash_key('k-quiet')}"]
-servers = "*"
-learn_from_use = false
-""")
+    quiet = tenants_toml({"name": "quiet", "key": "k-quiet", "servers": "*", "learn_from_use": False})
+    (tmp_path / "tenants.toml").write_text(TENANTS + "\n" + quiet)
     KEYS["quiet"] = "k-quiet"
     try:
         app = create_app(Settings(config=tmp_path / "tenants.toml", index_dir=tmp_path / "store"),
                          pipeline=real_pipeline())
         with TestClient(app) as q:
-            wait_ready(q, timeout=30)
+            wait_ready(q)
             first = search(q, "quiet", USE)["tools"][0]
             r = feedback(q, "quiet", "fixed-id", first["server"], first["tool"])
             assert r.status_code == 200 and r.json()["learned"] is False and "switched off" in r.json()["reason"]

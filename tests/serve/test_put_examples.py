@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import retrieval.index.examples as ix
-from real_app import key, real_client
+from real_app import key
 from training.llm import EndpointError
 
 BODY = {"description": "Issue tracker", "tools": [
@@ -35,42 +33,35 @@ class FakeClient:
         return type("Reply", (), {"text": json.dumps({"examples": [f"use {tool} way {i}" for i in range(5)]})})()
 
 
-@pytest.fixture
-def client(tmp_path):
-    c = real_client(tmp_path)
-    yield c
-    c.__exit__(None, None, None)
+def stored(service, tool):
+    return service.app.state.toolrank.engine.snapshot.catalog[("Tracker", tool)].examples
 
 
-def stored(client, tool):
-    return client.app.state.toolrank.engine.snapshot.catalog[("Tracker", tool)].examples
-
-
-def test_put_writes_examples_once_per_tool_content(client, monkeypatch):
+def test_put_writes_examples_once_per_tool_content(service, monkeypatch):
     fake = FakeClient()
     monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: fake)
-    r = client.put("/v1/servers/Tracker?write_examples=true", json=BODY, headers=key("ops"))
+    r = service.put("/v1/servers/Tracker?write_examples=true", json=BODY, headers=key("ops"))
     assert r.status_code == 201, r.text
     assert "2 tool(s) written" in r.json()["examples_note"]
-    assert len(stored(client, "create_ticket")) == 5 and fake.calls == 2
+    assert len(stored(service, "create_ticket")) == 5 and fake.calls == 2
 
     changed = {**BODY, "tools": [BODY["tools"][0], {"name": "close_ticket", "description": "Close a ticket for good"}]}
-    r = client.put("/v1/servers/Tracker?write_examples=true", json=changed, headers=key("ops"))
+    r = service.put("/v1/servers/Tracker?write_examples=true", json=changed, headers=key("ops"))
     assert r.status_code == 200 and fake.calls == 3          # only the changed tool is written again
     assert r.json()["re_embedded"] == 1
     assert "1 tool(s) written, 1 from the cache" in r.json()["examples_note"]
 
 
-def test_put_with_a_failing_endpoint_indexes_the_tools_without_examples(client, monkeypatch):
+def test_put_with_a_failing_endpoint_indexes_the_tools_without_examples(service, monkeypatch):
     monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: FakeClient(fail=True))
-    r = client.put("/v1/servers/Tracker?write_examples=true", json=BODY, headers=key("ops"))
+    r = service.put("/v1/servers/Tracker?write_examples=true", json=BODY, headers=key("ops"))
     assert r.status_code == 201, r.text
     assert "WITHOUT example requests" in r.json()["examples_note"] and "503" in r.json()["examples_note"]
-    assert stored(client, "create_ticket") == ()
+    assert stored(service, "create_ticket") == ()
 
 
-def test_put_without_an_endpoint_is_refused_and_nothing_changes(client, monkeypatch):
+def test_put_without_an_endpoint_is_refused_and_nothing_changes(service, monkeypatch):
     monkeypatch.delenv("TOOLRANK_LLM_BASE_URL", raising=False)
-    r = client.put("/v1/servers/Tracker?write_examples=true", json=BODY, headers=key("ops"))
+    r = service.put("/v1/servers/Tracker?write_examples=true", json=BODY, headers=key("ops"))
     assert r.status_code == 422 and "TOOLRANK_LLM_BASE_URL" in r.json()["error"]["message"]
-    assert client.get("/v1/servers/Tracker", headers=key("ops")).status_code == 404
+    assert service.get("/v1/servers/Tracker", headers=key("ops")).status_code == 404

@@ -24,6 +24,7 @@ from serve.app import create_app
 from serve.protocol import BoundedH11Protocol, ConnectionBounds, RateLimitedLog, install_quiet_accept_errors
 from serve.settings import Settings
 from serve_fakes import FakeIndex, FakePipeline, demo_catalog
+from testkit import WAIT_S, wait_until
 
 WAIT = 15.0  # how long to wait for something that must happen (a bound, not a measurement)
 
@@ -44,13 +45,12 @@ def serving(tmp_path: Path, bounds: ConnectionBounds, **settings) -> Iterator[tu
     thread.start()
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + WAIT
-        while True:
+        def ready() -> bool:
             with contextlib.suppress(httpx.TransportError):
-                if server.started and httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "test server did not start"
-            time.sleep(0.05)
+                return server.started and httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+            return False
+
+        wait_until(ready, "test server started", WAIT_S)
         yield server, base, port
     finally:
         server.should_exit = True
@@ -72,13 +72,6 @@ def read_all(s: socket.socket) -> bytes:
         if not chunk:
             return out
         out += chunk
-
-
-def wait_for(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 def test_headers_that_never_finish_get_408_and_a_close(tmp_path):
@@ -152,7 +145,7 @@ def test_at_the_connection_cap_the_oldest_slow_client_is_evicted(tmp_path):
         slow = []
         for i in range(4):
             slow.append(open_partial(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"))
-            wait_for(lambda: len(server.server_state.connections) >= i + 1, "slow connection not registered")
+            wait_until(lambda: len(server.server_state.connections) >= i + 1, "slow connection not registered")
         r = httpx.get(f"{base}/healthz", timeout=WAIT)  # a fifth connection: the oldest slow one makes room
         assert r.status_code == 200
         slow[0].settimeout(WAIT)
@@ -171,7 +164,7 @@ def test_accepted_sockets_have_tcp_nodelay(tmp_path):
     TCP_NODELAY on accepted sockets (each small answer then waited ~40 ms for a delayed ACK)."""
     with serving(tmp_path, ConnectionBounds(header_timeout_s=60)) as (server, _, port):
         with open_partial(port, b"GET /healthz HTTP/1.1\r\n"):
-            wait_for(lambda: server.server_state.connections, "connection not registered")
+            wait_until(lambda: server.server_state.connections, "connection not registered")
             socks = [c.transport.get_extra_info("socket") for c in list(server.server_state.connections)]
             assert socks and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in socks)
 
@@ -190,7 +183,7 @@ def test_a_client_hanging_up_mid_body_is_not_a_server_error(tmp_path):
             return [line for line in registry.render().decode().splitlines()
                     if line.startswith("toolrank_http_requests_total{") and 'method="POST"' in line]
 
-        wait_for(counted, "the abandoned request was never counted")
+        wait_until(counted, "the abandoned request was never counted")
     assert all('status="499"' in line for line in counted()), counted()
 
 

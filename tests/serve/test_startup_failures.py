@@ -6,10 +6,8 @@ import errno
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,10 +15,11 @@ import pytest
 from serve import app as app_module
 from serve import index_store
 from serve.index_store import IndexStore, StoreError
-from serve_fakes import FakeIndex, demo_catalog, wait_ready
+from serve_fakes import FakeIndex, demo_catalog
+from testkit import WAIT_S, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-WAIT = 60.0  # a bound for the process to exit, not a measurement
+WAIT = 2 * WAIT_S  # a bound for the process (two workers, each importing everything) to exit
 
 
 def broken_store(root: Path) -> Path:
@@ -39,10 +38,7 @@ def test_an_unreadable_store_exits_with_one_line_in_process(make_client, tmp_pat
     store = broken_store(tmp_path / "store")
     with caplog.at_level(logging.DEBUG, logger="serve.app"):
         c = make_client(wait=False, index_dir=store, fail_fast=True, failure_file=tmp_path / "failed")
-        deadline = time.monotonic() + WAIT
-        while not exits:
-            assert time.monotonic() < deadline, "start-up failure did not stop the service"
-            time.sleep(0.02)
+        wait_until(lambda: exits, "start-up failure stopping the service")
     assert len(exits) == 1 and "no index version can be read" in exits[0] and "move the folder aside" in exits[0]
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and errors[0].exc_info is None and "\n" not in errors[0].getMessage()
@@ -54,9 +50,7 @@ def test_an_unreadable_store_exits_with_one_line_in_process(make_client, tmp_pat
 def test_toolrank_serve_exits_non_zero_on_an_unreadable_store(tmp_path, workers):
     """It used to keep running with /healthz 500, the reason the last line of a traceback."""
     store = broken_store(tmp_path / "store")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLRANK_")}
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), str(Path(__file__).parent)]), OMP_NUM_THREADS="1")
     proc = subprocess.Popen(

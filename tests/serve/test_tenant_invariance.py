@@ -7,9 +7,7 @@ answer must be the same, byte for byte (scores, probabilities, explanations, ver
 
 from __future__ import annotations
 
-import pytest
-
-from real_app import key, real_client
+from real_app import key
 
 # Texts that collide with the tenant's tools (tiny_catalog: Elasticsearch, GitHub), so the
 # hidden servers move the deployment's document frequencies and average length.
@@ -31,28 +29,21 @@ REQUESTS = [
 ]
 
 
-def tenant_view(client, tenant: str = "acme") -> list[bytes]:
+def tenant_view(service, tenant: str = "acme") -> list[bytes]:
     headers = {**key(tenant), "X-Request-ID": "same-id"}  # error bodies quote it
     out = []
     for body in REQUESTS:
-        r = client.post("/v1/search", json=body, headers=headers)
+        r = service.post("/v1/search", json=body, headers=headers)
         assert r.status_code == 200, r.text
         out.append(r.content)
     for path in ("/v1/servers", "/v1/servers/GitHub", "/v1/servers/Shadow", "/v1/servers/Decoy"):
-        r = client.get(path, headers=headers)
+        r = service.get(path, headers=headers)
         out.append(f"{r.status_code} ".encode() + r.content)
     return out
 
 
-@pytest.fixture
-def client(tmp_path):
-    c = real_client(tmp_path)
-    yield c
-    c.__exit__(None, None, None)
-
-
-def test_hidden_servers_change_nothing_a_tenant_gets(client):
-    before = tenant_view(client)
+def test_hidden_servers_change_nothing_a_tenant_gets(service):
+    before = tenant_view(service)
     admin = key("ops")
     explained = [b for b in before if b"bm25_score" in b]
     assert explained, "the answers must carry BM25 scores, or the test proves nothing"
@@ -65,26 +56,26 @@ def test_hidden_servers_change_nothing_a_tenant_gets(client):
         ("delete", "Shadow", None),
     ]
     for method, name, body in steps:
-        r = client.put(f"/v1/servers/{name}", json=body, headers=admin) if method == "put" \
-            else client.delete(f"/v1/servers/{name}", headers=admin)
+        r = service.put(f"/v1/servers/{name}", json=body, headers=admin) if method == "put" \
+            else service.delete(f"/v1/servers/{name}", headers=admin)
         assert r.status_code in (200, 201), r.text
-        assert tenant_view(client) == before, f"after {method} {name}, the tenant's answers changed"
+        assert tenant_view(service) == before, f"after {method} {name}, the tenant's answers changed"
 
     # ... while an admin, who sees the hidden server, does see the store move
-    assert client.get("/v1/servers", headers=admin).json()["index_version"] == 6
+    assert service.get("/v1/servers", headers=admin).json()["index_version"] == 6
 
 
-def test_a_tenant_sees_its_own_changes(client):
-    before = client.get("/v1/servers", headers=key("acme")).json()["index_version"]
-    r = client.put("/v1/servers/GitHub", json={"description": "Code hosting", "tools": [
+def test_a_tenant_sees_its_own_changes(service):
+    before = service.get("/v1/servers", headers=key("acme")).json()["index_version"]
+    r = service.put("/v1/servers/GitHub", json={"description": "Code hosting", "tools": [
         {"name": "create_issue", "description": "Create a new issue in a repository, with labels"}]},
         headers=key("ops"))
     assert r.status_code == 200
-    after = client.get("/v1/servers", headers=key("acme")).json()["index_version"]
+    after = service.get("/v1/servers", headers=key("acme")).json()["index_version"]
     assert after != before  # a visible change moves the tenant's version
 
 
-def test_a_tenant_that_sees_everything_sees_the_store_version(client):
-    v = client.get("/v1/servers", headers=key("all")).json()["index_version"]
-    client.put("/v1/servers/Shadow", json=SHADOW, headers=key("ops"))
-    assert client.get("/v1/servers", headers=key("all")).json()["index_version"] == v + 1
+def test_a_tenant_that_sees_everything_sees_the_store_version(service):
+    v = service.get("/v1/servers", headers=key("all")).json()["index_version"]
+    service.put("/v1/servers/Shadow", json=SHADOW, headers=key("ops"))
+    assert service.get("/v1/servers", headers=key("all")).json()["index_version"] == v + 1

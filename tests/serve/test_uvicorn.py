@@ -5,61 +5,29 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from serve.cli import main
 from serve_fakes import KEYS
+from testkit import service_process
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+HERE = Path(__file__).resolve().parent
 
 
 def test_serve_over_real_http(tenants_file, tmp_path):
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent)]),
-           "OMP_NUM_THREADS": "1"}
-    env = {k: v for k, v in env.items() if not k.startswith("TOOLRANK_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "serve.cli", "--app", "serve_fakes:app_from_env", "--config", str(tenants_file),
-         "--index", str(tmp_path / "store"), "--port", str(port)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 8
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "service did not become ready in 8 s"
-            time.sleep(0.1)
+    args = ["--app", "serve_fakes:app_from_env", "--config", str(tenants_file), "--index", str(tmp_path / "store")]
+    with service_process(args, tmp_path / "server.log", python_path=[HERE]) as service:
+        base = service.base
         body = {"request": "send an email message, private words"}
-        assert httpx.post(f"{base}/v1/search", json=body, timeout=5).status_code == 401
-        r = httpx.post(f"{base}/v1/search", json=body, headers={"X-API-Key": KEYS["acme"]}, timeout=5)
+        assert httpx.post(f"{base}/v1/search", json=body, timeout=30).status_code == 401
+        r = httpx.post(f"{base}/v1/search", json=body, headers={"X-API-Key": KEYS["acme"]}, timeout=30)
         assert r.status_code == 200 and r.json()["tools"][0]["tool"] == "send_email"
         assert "server" not in {k.lower() for k in r.headers}  # no server banner
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            _, stderr = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+    stderr = service.stderr
     # uvicorn finishes the graceful shutdown, then re-raises the signal it caught
-    assert proc.returncode in (0, -signal.SIGTERM), stderr
+    assert service.proc.returncode in (0, -signal.SIGTERM), stderr
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     access = [rec for rec in lines if rec["logger"] == "serve.access" and rec.get("endpoint") == "/v1/search"]
     assert [rec["status"] for rec in access] == [401, 200]

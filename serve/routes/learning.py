@@ -1,0 +1,70 @@
+"""Learning from use: ``POST /v1/feedback`` and ``GET`` / ``DELETE /v1/examples[/{server}/{tool}]``
+(docs/day-one.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Query
+
+from retrieval.index.learned import LearnedExamples
+
+from ..deps import AppState, CallerTenant, ServedSnapshot
+from ..errors import ServiceError
+from ..usage import FeedbackRequest, FeedbackResponse, LearnedExampleOut, LearnedList, LearnedTool, Removed
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+def _learning(tenant: Any) -> bool:
+    return bool(getattr(tenant, "learn_from_use", True))
+
+
+@router.post("/v1/feedback", response_model=FeedbackResponse, tags=["learning"],
+             summary="Which tool the agent called for a search, and whether it worked",
+             description="A successful call to a tool that the search offered makes the search's request an "
+                         "example request of that tool, for the caller only. Failed calls and tools that were "
+                         "not offered are recorded, not learned from.")
+async def feedback(body: FeedbackRequest, state: AppState, tenant: CallerTenant,
+                   snap: ServedSnapshot) -> FeedbackResponse:
+    book = state.usage
+    offer = book.offer(tenant.name, body.request_id)
+    if offer is None:
+        raise ServiceError(404, "unknown_request_id",
+                           f"no search of yours with request_id {body.request_id!r} in the last "
+                           f"{book.offer_ttl_s / 60:g} minutes on this worker; send feedback for a recent "
+                           "/v1/search answer, quoting its request_id")
+    outcome = await anyio.to_thread.run_sync(
+        lambda: book.feedback(tenant.name, offer, body.request_id, (body.server, body.tool),
+                              body.outcome == "success", learn=_learning(tenant), error=body.error))
+    return FeedbackResponse(learned=outcome.learned, reason=outcome.reason, examples=outcome.examples)
+
+
+@router.get("/v1/examples", response_model=LearnedList, tags=["learning"],
+            summary="The example requests learned from your use")
+async def list_examples(state: AppState, tenant: CallerTenant) -> LearnedList:
+    learned = state.usage.learned(tenant.name) or LearnedExamples()
+    tools = [LearnedTool(server=t.server, tool=t.tool, examples=[LearnedExampleOut(**e.to_dict()) for e in ex])
+             for t, ex in sorted(learned.items()) if tenant.sees_tool(t)]
+    return LearnedList(learning=_learning(tenant), tools=tools)
+
+
+@router.delete("/v1/examples", response_model=Removed, tags=["learning"],
+               summary="Forget every example request learned from your use")
+async def delete_all(state: AppState, tenant: CallerTenant) -> Removed:
+    return Removed(removed=await anyio.to_thread.run_sync(state.usage.remove, tenant.name))
+
+
+@router.delete("/v1/examples/{server}/{tool}", response_model=Removed, tags=["learning"],
+               summary="Forget a tool's learned example requests (one, with ?request=)")
+async def delete_tool(server: str, tool: str, state: AppState, tenant: CallerTenant,
+                      request: str | None = Query(None, max_length=2000)) -> Removed:
+    n = await anyio.to_thread.run_sync(state.usage.remove, tenant.name, (server, tool), request)
+    if not n:
+        raise ServiceError(404, "no_learned_examples",
+                           f"you have no learned example requests for {server!r} / {tool!r}"
+                           + (" matching that request" if request else "") + "; GET /v1/examples lists them")
+    return Removed(removed=n)

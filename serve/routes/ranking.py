@@ -1,0 +1,139 @@
+"""``POST /v1/score`` and ``POST /v1/search``: the scorer alone, and the caller's tools that fit
+a request with a decision."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from retrieval.catalog.model import Tool, ToolId
+from retrieval.pipeline.results import ScoredTool, SearchResult
+
+from ..deps import AppState, CallerTenant, ServedSnapshot
+from ..engine import Snapshot, model_info
+from ..errors import ServiceError
+from ..schemas import (CandidateScore, ModelInfo, PreviousAttempt, ScoreRequest, ScoreResponse, SearchRequest,
+                       SearchResponse, TokenFigures, ToolResult)
+from ..tenants import Tenant
+from .common import ERRORS, view_version
+
+__all__ = ["router", "tenant_policy"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+
+@router.post("/v1/score", response_model=ScoreResponse, responses=ERRORS, tags=["ranking"],
+             summary="The scorer's probability for each (request, candidate tool) pair, alone",
+             description="`scorer_probability` is the cross-encoder's calibrated probability for each pair, with "
+                         "no retrieval evidence: it is not the decision probability of /v1/search (named "
+                         "`probability` there) and differs from it for the same tool.")
+async def score(body: ScoreRequest, request: Request, state: AppState, tenant: CallerTenant,
+                snap: ServedSnapshot) -> ScoreResponse:
+    if not state.scorer.get("loaded", False):
+        raise ServiceError(503, "no_scorer", "no scorer model is loaded on this service; start it with --model DIR")
+    tools = [Tool(c.server, c.name, c.description) for c in body.candidates]
+    probs = await state.run(request, snap.pipeline.score, body.request, body.need, tools)
+    probs = [float(p) for p in probs]
+    if len(probs) != len(tools) or any(not 0.0 <= p <= 1.0 for p in probs):
+        raise RuntimeError(f"scorer returned {len(probs)} values for {len(tools)} candidates, or values outside [0, 1]")
+    return ScoreResponse(scores=[CandidateScore(id=c.id, scorer_probability=p) for c, p in zip(body.candidates, probs)],
+                         model=ModelInfo(**model_info(snap.pipeline)))
+
+
+@router.post("/v1/search", response_model=SearchResponse, responses=ERRORS, tags=["ranking"],
+             summary="The caller's tools that fit the request, ranked, with a decision")
+async def search(body: SearchRequest, request: Request, state: AppState, tenant: CallerTenant,
+                 snap: ServedSnapshot) -> SearchResponse:
+    pipeline = snap.pipeline
+    learned = state.usage.learned(tenant.name) if tenant.learn_from_use else None
+    result = await state.run(
+        request, pipeline.search, body.request, body.need,
+        eligible=tenant.eligibility, previous=_previous(body.previous, tenant), k=body.k,
+        explain=body.explain, fmt=body.format, policy=tenant_policy(pipeline, tenant),
+        **({"learned": learned} if learned else {}))
+    result = _visible_result(result, tenant, snap)
+    state.metrics.decisions.labels(result.decision).inc()
+    request_id = getattr(request.state, "request_id", None)
+    state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools])
+    response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
+    response.request_id = request_id
+    return response
+
+
+def tenant_policy(pipeline: Any, tenant: Tenant) -> Any | None:
+    """The pipeline's policy with the tenant's overrides, or None (the pipeline's own) without any.
+
+    Raises:
+        TypeError, ValueError: the overrides do not fit the pipeline's policy.
+    """
+    if not tenant.policy:
+        return None
+    base = getattr(pipeline, "policy", None)
+    if base is None:
+        log.warning("tenant %r has policy overrides but the pipeline exposes no .policy; using its defaults",
+                    tenant.name)
+        return None
+    return dataclasses.replace(base, **tenant.policy)
+
+
+def _previous(previous: PreviousAttempt | None, tenant: Tenant) -> SearchResult | None:
+    if previous is None:
+        return None
+    tools = [ScoredTool(ToolId(r.server, r.tool), float(r.probability or 0.0), i + 1)
+             for i, r in enumerate(previous.tools) if tenant.eligibility.allows((r.server, r.tool))]
+    return SearchResult(decision=previous.decision, tools=tools,
+                        best_probability=max((t.probability for t in tools), default=0.0),
+                        attempt=previous.attempt)
+
+
+_GENERIC_MESSAGES = {
+    "proceed": "Proceed with these tools.",
+    "search_again": "No tool clearly fits. Search again with a more specific need, passing this result as `previous`.",
+    "no_fit": "No connected tool fits this request.",
+}
+
+
+def _visible_result(result: SearchResult, tenant: Tenant, snap: Snapshot) -> SearchResult:
+    """Drop anything naming a server or tool the tenant may not see (defence in depth).
+
+    A correct pipeline never needs this; if it ever removes something, the message (which
+    might name what was removed) is replaced by a generic one.
+    """
+    deployment = set(snap.catalog.servers)
+    public_index = getattr(snap.pipeline, "public_index", None)
+    public = set(public_index.catalog.servers) if public_index is not None else set()
+    tools = [t for t in result.tools if tenant.eligibility.allows(t.tool_id)]
+    suggestions = [s for s in result.suggestions if s not in deployment or s in public or tenant.sees_server(s)]
+    restricted = [s for s in result.restricted_to if tenant.sees_server(s)]
+    if len(tools) == len(result.tools) and suggestions == result.suggestions and restricted == result.restricted_to:
+        return result
+    log.warning("search result named servers or tools outside tenant %r's eligibility; removed them", tenant.name)
+    best = result.best_probability if len(tools) == len(result.tools) else max((t.probability for t in tools), default=0.0)
+    return dataclasses.replace(result, tools=tools, suggestions=suggestions, restricted_to=restricted,
+                               best_probability=best, message=_GENERIC_MESSAGES.get(result.decision, ""))
+
+
+def _search_response(result: SearchResult, snap: Snapshot, explain: bool, version: int) -> SearchResponse:
+    tokens = None
+    if result.tokens is not None:
+        tokens = TokenFigures(selected=int(result.tokens.selected), catalog=int(result.tokens.catalog),
+                              reduction=float(result.tokens.reduction), encoding=str(result.tokens.encoding))
+    return SearchResponse(
+        decision=result.decision,
+        attempt=int(result.attempt),
+        best_probability=float(result.best_probability),
+        tools=[ToolResult(server=t.tool_id[0], tool=t.tool_id[1], probability=float(t.probability), rank=int(t.rank),
+                          source=str(t.source), definition=t.definition,
+                          explanation=t.explanation if explain else None) for t in result.tools],
+        tokens=tokens,
+        message=result.message,
+        suggestions=list(result.suggestions),
+        restricted_to=list(result.restricted_to),
+        index_version=version,
+        model=ModelInfo(**model_info(snap.pipeline)),
+    )

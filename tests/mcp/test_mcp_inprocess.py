@@ -1,0 +1,95 @@
+"""The MCP gateway built in-process: ``serve.mcp_server.build_server`` over a ``Gateway`` with the fake
+models (gateway_fakes.py), driven by the SDK's own client over in-memory streams. No toolrank
+subprocess: the gateway's answers are checked in the process that runs its code (forwarded calls
+still go to real SDK servers, run as subprocesses)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import pytest
+from mcp import ClientSession
+from mcp.shared.exceptions import McpError
+from mcp.shared.memory import create_connected_server_and_client_session
+
+from fakes import HashEncoder, tiny_catalog
+from gateway_fakes import components
+from mcp_helpers import payload, run, server, text, write_config
+from retrieval.catalog.mcp_harvest import load_mcp_config
+from retrieval.index.embedded import ToolIndex
+from retrieval.version import package_version
+from serve.mcp_gateway import Gateway, gateway_eligibility
+from serve.mcp_server import CALL_TOOL, DESCRIBE_TOOL, FIND_TOOLS, build_server
+
+
+@asynccontextmanager
+async def in_process(**gateway: Any) -> AsyncIterator[tuple[Gateway, ClientSession]]:
+    """A running gateway and an initialized client session with its MCP server, in this process."""
+    gw = Gateway(components=components(), **gateway)
+    mcp_server = build_server(gw)
+    assert mcp_server.create_initialization_options().server_version == package_version()   # toolrank's own
+    async with gw.running():
+        async with create_connected_server_and_client_session(mcp_server) as client:
+            yield gw, client
+
+
+@run
+async def test_find_only_over_an_index_in_process():
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    eligible = gateway_eligibility(None, ["Weather", "Slack"])
+    async with in_process(index=index, eligible=eligible) as (gw, client):
+        assert {t.name for t in (await client.list_tools()).tools} == {FIND_TOOLS, DESCRIBE_TOOL}
+        assert not gw.forwarding and gw.tool_count() == 4               # the two servers' tools only
+
+        found = payload(await client.call_tool(FIND_TOOLS, {"request": "list channels of a workspace"}))
+        assert found["decision"] == "proceed"
+        assert (found["tools"][0]["server"], found["tools"][0]["name"]) == ("Slack", "list_channels")
+        assert {t["server"] for t in found["tools"]} <= {"Weather", "Slack"}
+
+        whole = payload(await client.call_tool(DESCRIBE_TOOL, {"server": "Weather", "tool": "get_alerts"}))
+        assert (whole["server"], whole["name"]) == ("Weather", "get_alerts")
+        hidden = await client.call_tool(DESCRIBE_TOOL, {"server": "GitHub", "tool": "create_issue"})
+        missing = await client.call_tool(DESCRIBE_TOOL, {"server": "Nowhere", "tool": "create_issue"})
+        assert hidden.isError and text(hidden) == text(missing).replace("'Nowhere'", "'GitHub'")
+
+        bad = await client.call_tool(FIND_TOOLS, {"request": "x", "attempt": 3})
+        assert bad.isError and "`attempt` is 1, or 2" in text(bad)
+        with pytest.raises(McpError, match=f"unknown tool '{CALL_TOOL}'"):
+            await client.call_tool(CALL_TOOL, {"server": "Slack", "tool": "list_channels"})
+
+
+@run
+async def test_find_then_call_forwarded_in_process(tmp_path):
+    cfg = load_mcp_config(write_config(tmp_path / "mcp.json", {"weather": server("weather"),
+                                                               "notes": server("notes")}))
+    eligible = gateway_eligibility(list(cfg.servers), ["weather"])
+    async with in_process(config=cfg, eligible=eligible) as (gw, client):
+        assert {t.name for t in (await client.list_tools()).tools} == {FIND_TOOLS, CALL_TOOL, DESCRIBE_TOOL}
+        found = payload(await client.call_tool(FIND_TOOLS, {"request": "get the weather forecast for Paris"}))
+        assert gw.harvests >= 1 and gw.unavailable() == {} and list(gw.backends) == ["weather"]
+        assert (found["decision"], found["tools"][0]["name"]) == ("proceed", "get_forecast")
+        assert found["tools"][0]["inputSchema"]["properties"]["city"]["type"] == "string"   # the server's schema
+
+        result = await client.call_tool(CALL_TOOL, {"server": "weather", "tool": "get_forecast",
+                                                    "arguments": {"city": "Paris", "days": 2}})
+        assert not result.isError and text(result) == "Paris: sunny, 21 C, no rain for the next 2 days"
+
+        hidden = await client.call_tool(CALL_TOOL, {"server": "notes", "tool": "create_note", "arguments": {}})
+        unknown = await client.call_tool(CALL_TOOL, {"server": "nowhere", "tool": "create_note", "arguments": {}})
+        assert hidden.isError and "Nothing was run" in text(hidden)
+        assert text(hidden) == text(unknown).replace("'nowhere'", "'notes'")     # hidden reads like unknown
+        bad = await client.call_tool(CALL_TOOL, {"server": "weather", "tool": "get_forecast", "arguments": [1]})
+        assert bad.isError and "`arguments` must be an object" in text(bad)
+
+
+@run
+async def test_when_every_server_fails_find_says_so_in_process(tmp_path):
+    cfg = load_mcp_config(write_config(tmp_path / "mcp.json", {"dies": server("crashy", "--fail-at-start")}))
+    async with in_process(config=cfg) as (gw, client):
+        found = payload(await client.call_tool(FIND_TOOLS, {"request": "echo this text back"}))
+        assert found["decision"] == "no_fit" and found["tools"] == []
+        assert "every server failed (dies:" in found["message"]
+        assert set(gw.unavailable()) == {"dies"}
+        down = await client.call_tool(CALL_TOOL, {"server": "dies", "tool": "echo", "arguments": {"text": "x"}})
+        assert down.isError and "server 'dies' is not available" in text(down)
