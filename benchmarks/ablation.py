@@ -2,7 +2,7 @@
 
     python benchmarks/ablation.py --model models/toolrank-reranker [--runs test_ex,test_abstain ...]
 
-Same code path as `toolrank eval` (retrieval.evaluate / retrieval.abstention), but one process
+Same code path as `toolrank eval` (retrieval.evaluation.harness / retrieval.evaluation.abstention), but one process
 shares the cross-encoder's logits between runs: a (request, need, tool) pair scored for one
 run is not scored again for another (the abstention run re-searches the same requests).
 The cache changes nothing but time: logits are deterministic.
@@ -23,11 +23,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.abstention import (abstention_report, format_abstention, format_nofit, load_nofit,  # noqa: E402
-                                  nofit_report, plot_coverage_risk)
-from retrieval.default_index import load_or_build_default  # noqa: E402
-from retrieval.evaluate import evaluate, format_report, load_queries, pipeline_rerankers  # noqa: E402
-from retrieval.pipeline import Pipeline, Policy  # noqa: E402
+from retrieval.evaluation.abstention import (abstention_report, format_abstention, format_nofit, load_nofit,  # noqa: E402
+                                             nofit_report, plot_coverage_risk)
+from retrieval.evaluation.harness import evaluate, format_report, load_queries, pipeline_rerankers  # noqa: E402
+from retrieval.index.default import load_or_build_default  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 # Requests written apart from the catalog's example requests and from questions.jsonl, over the

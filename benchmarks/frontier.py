@@ -23,9 +23,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.default_index import load_or_build_default  # noqa: E402
-from retrieval.evaluate import load_queries  # noqa: E402
-from retrieval.pipeline import Pipeline, Policy  # noqa: E402
+from retrieval.evaluation.harness import load_queries  # noqa: E402
+from retrieval.index.default import load_or_build_default  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 
 
 def measure(pipe: Pipeline, queries, policy: Policy) -> dict:

@@ -18,11 +18,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog import load_default_catalog  # noqa: E402
-from retrieval.encoder import OnnxEncoder, default_encoder_path  # noqa: E402
-from retrieval.evaluate import load_queries  # noqa: E402
-from retrieval.fusion import reciprocal_rank_fusion  # noqa: E402
-from retrieval.index import ToolIndex  # noqa: E402
+from retrieval.catalog.formats import load_default_catalog  # noqa: E402
+from retrieval.evaluation.harness import load_queries  # noqa: E402
+from retrieval.index.embedded import ToolIndex  # noqa: E402
+from retrieval.index.encoder import OnnxEncoder, default_encoder_path  # noqa: E402
+from retrieval.index.fusion import reciprocal_rank_fusion  # noqa: E402
 
 SETTINGS = [(True, False), (True, True), (False, False), (False, True)]  # (examples, need)
 

@@ -177,7 +177,7 @@ async def run_point(client: httpx.AsyncClient, endpoint: str, make_body, n: int,
 def score_candidates(args: argparse.Namespace) -> list[dict[str, str]]:
     tools: list[tuple[str, str, str]] = []
     try:
-        from retrieval.catalog import load_catalog, load_default_catalog
+        from retrieval.catalog.formats import load_catalog, load_default_catalog
 
         catalog = load_catalog(args.catalog) if args.catalog else load_default_catalog(with_examples=False)
         tools = [(t.server, t.name, t.description) for t in catalog.tools][:100]

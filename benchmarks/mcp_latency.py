@@ -59,7 +59,7 @@ def row(label: str, ms: list[float]) -> str:
 
 
 def measure_harvest(config, rounds: int) -> dict[str, list[float]]:
-    from retrieval.mcp_harvest import harvest_server
+    from retrieval.catalog.mcp_harvest import harvest_server
 
     out: dict[str, list[float]] = {name: [] for name in config.servers}
 
@@ -86,8 +86,8 @@ def measure_find_and_call(config_path: Path, index_dir: Path, rounds: int, env: 
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
 
-    from retrieval.index import ToolIndex
-    from retrieval.pipeline import load_pipeline
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.pipeline.flow import load_pipeline
 
     pipe = load_pipeline(ToolIndex.load(index_dir), public_suggestions=False)
     pipe.search(REQUESTS[0], explain=True)                # warm: matchers, token counts
@@ -146,7 +146,7 @@ def measure_find_and_call(config_path: Path, index_dir: Path, rounds: int, env: 
 
 def measure_direct_call(config, rounds: int) -> list[float]:
     from mcp import types
-    from retrieval.mcp_harvest import open_session
+    from retrieval.catalog.mcp_harvest import open_session
 
     async def go():
         async with open_session(config.servers["weather"], timeout_s=60, errlog=open(os.devnull, "w")) as (s, _):
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the raw timings here")
     a = p.parse_args(argv)
 
-    from retrieval.mcp_harvest import index_mcp_config, load_mcp_config
+    from retrieval.catalog.mcp_harvest import load_mcp_config
+    from retrieval.index.mcp import index_mcp_config
 
     # The example's "python" must be this interpreter (it has the SDK).
     raw = json.loads(a.config.read_text())

@@ -27,10 +27,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.abstention import auroc  # noqa: E402
-from retrieval.confidence import FEATURES  # noqa: E402
-from retrieval.default_index import load_or_build_default  # noqa: E402
-from retrieval.evaluate import load_queries  # noqa: E402
+from retrieval.evaluation.abstention import auroc  # noqa: E402
+from retrieval.evaluation.harness import load_queries  # noqa: E402
+from retrieval.index.default import load_or_build_default  # noqa: E402
+from retrieval.pipeline.confidence import FEATURES  # noqa: E402
 from training.calibrate import MODES, Collected, collect, fit_confidence  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"

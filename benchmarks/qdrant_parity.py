@@ -5,7 +5,7 @@ test questions, then speed at three catalog sizes. Prints tables; not a test.
 
 Parity (``parity-ex``, ``parity-noex``): the shipped MCP-Zero catalog with and without example
 requests, the 700 test questions (``training/data/questions.jsonl``, split test), request alone,
-all servers eligible; ``toolrank eval``'s own harness (:func:`retrieval.evaluate.evaluate`) on
+all servers eligible; ``toolrank eval``'s own harness (:func:`retrieval.evaluation.harness.evaluate`) on
 both backends with the same encoder, vectors and fusion. The Qdrant collection is filled from
 the embedded index's vectors, so the comparison isolates the search. Both IDF modes are run
 (``client``: IDF computed by toolrank over the eligible tools, the default; ``engine``: Qdrant's
@@ -64,7 +64,7 @@ pct, timed, print_table = rs.pct, rs.timed, rs.print_table
 
 
 def qdrant_config(args: argparse.Namespace, name: str, **kw: Any):
-    from retrieval.qdrant_index import QdrantConfig
+    from retrieval.index.qdrant.schema import QdrantConfig
 
     collection = f"toolrank-bench-{name.strip('+')}-{os.getpid()}"
     if args.qdrant_url:
@@ -95,9 +95,9 @@ class TimedEncoder:
 
 
 def run_parity(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from retrieval.default_index import load_or_build_default
-    from retrieval.evaluate import evaluate, load_queries
-    from retrieval.qdrant_index import QdrantToolIndex
+    from retrieval.evaluation.harness import evaluate, load_queries
+    from retrieval.index.default import load_or_build_default
+    from retrieval.index.qdrant.index import QdrantToolIndex
 
     with_examples = name == "parity-ex"
     embedded = load_or_build_default(with_examples=with_examples)
@@ -171,9 +171,9 @@ def bm25_agreement(embedded: Any, index: Any, queries: list[str]) -> dict[str, A
 
 
 def run_scale(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from retrieval.eligibility import Eligibility
-    from retrieval.index import ToolIndex
-    from retrieval.qdrant_index import QdrantToolIndex
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.qdrant.index import QdrantToolIndex
 
     info: dict[str, Any] = {}
     if name == "synthetic":
@@ -186,7 +186,7 @@ def run_scale(name: str, args: argparse.Namespace) -> dict[str, Any]:
         qvec = rs.RandomEncoder(args.seed + 2).encode(queries)
         gold: list = [None] * len(queries)
     else:
-        from retrieval.encoder import OnnxEncoder
+        from retrieval.index.encoder import OnnxEncoder
         rows = rs.dev_questions((5 if args.quick else args.queries) + 1, args.seed)
         prefer = [r["server"] for r in rows]
         catalog, info = (rs.mcp_zero_catalog(args.quick, prefer) if name == "mcp-zero"
@@ -248,7 +248,7 @@ def run_scale(name: str, args: argparse.Namespace) -> dict[str, Any]:
 def tool_table_memory(index: Any, encoder: Any) -> dict[str, float]:
     """What a replica holds: the tool table of every tool (no vectors, no postings), measured as
     Python memory retained by opening the collection (and making its view)."""
-    from retrieval.qdrant_index import QdrantToolIndex
+    from retrieval.index.qdrant.index import QdrantToolIndex
 
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
@@ -266,7 +266,7 @@ def tool_table_memory(index: Any, encoder: Any) -> dict[str, float]:
 
 def bytes_per_tool(index: Any) -> dict[str, float]:
     """What one tool takes in Qdrant, before indexes: dense floats, sparse pairs, payload JSON."""
-    from retrieval.qdrant_index import DENSE, SPARSE
+    from retrieval.index.qdrant.schema import DENSE, SPARSE
 
     entries = index._view.entries
     ids = [e.point for e in random.Random(0).sample(entries, min(500, len(entries)))]

@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from retrieval.default_index import load_or_build_default  # noqa: E402
-from retrieval.evaluate import load_queries  # noqa: E402
+from retrieval.evaluation.harness import load_queries  # noqa: E402
+from retrieval.index.default import load_or_build_default  # noqa: E402
 from scorer import Scorer  # noqa: E402
 from scorer.record import RequestFitter  # noqa: E402
 

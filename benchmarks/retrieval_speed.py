@@ -105,7 +105,7 @@ def index_bytes(index) -> int:
 
 def subset(catalog, servers: int, prefer: Sequence[str] = ()):
     """The first ``servers`` servers, taking those in ``prefer`` first."""
-    from retrieval.catalog import Catalog
+    from retrieval.catalog.model import Catalog
     order = [s for s in dict.fromkeys(prefer) if s in catalog.server_descriptions] + catalog.servers
     keep = set(list(dict.fromkeys(order))[:servers])
     return Catalog([t for t in catalog if t.server in keep],
@@ -113,19 +113,19 @@ def subset(catalog, servers: int, prefer: Sequence[str] = ()):
 
 
 def merged(a, b):
-    from retrieval.catalog import Catalog
+    from retrieval.catalog.model import Catalog
     return Catalog(list(a.tools) + list(b.tools), {**a.server_descriptions, **b.server_descriptions})
 
 
 def mcp_zero_catalog(quick: bool, prefer: Sequence[str] = ()):
-    from retrieval.catalog import load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
     cat = load_default_catalog(with_examples=True)
     return (subset(cat, 15, prefer) if quick else cat), {}
 
 
 def smithery_catalog(quick: bool, smithery_dir: Path, prefer: Sequence[str] = ()):
-    from retrieval.catalog import load_default_catalog
-    from retrieval.smithery import read_smithery
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.smithery import read_smithery
     zero = load_default_catalog(with_examples=True)
     res = read_smithery(smithery_dir, reserved=zero.servers)
     smith = res.catalog
@@ -175,7 +175,7 @@ class ZipfWords:
 
 
 def synthetic_catalog(n_tools: int, seed: int):
-    from retrieval.catalog import Catalog, Tool
+    from retrieval.catalog.model import Catalog, Tool
     rng = np.random.default_rng(seed)
     words = ZipfWords(synthetic_vocabulary(20_000, rng), rng)
     per_server = 10
@@ -193,8 +193,8 @@ def synthetic_catalog(n_tools: int, seed: int):
 
 
 def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from retrieval.eligibility import Eligibility
-    from retrieval.index import ToolIndex
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.index.embedded import ToolIndex
 
     base = memory_mib()
     info: dict[str, Any] = {}
@@ -207,7 +207,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         queries = [(" ".join(words(int(qrng.integers(6, 13)))), None) for _ in range(args.queries + args.warmup)]
         qvec = {q: encoder.encode([q])[0] for q, _ in queries}
     else:
-        from retrieval.encoder import OnnxEncoder
+        from retrieval.index.encoder import OnnxEncoder
         queries = [(q["query"], (q["server"], q["tool"])) for q in dev_questions(args.queries + args.warmup, args.seed)]
         prefer = [gold[0] for _, gold in queries]      # --quick keeps the questions' servers
         if name == "mcp-zero":
@@ -250,7 +250,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     total = times["total"]
 
     # One incremental update: the first server with one tool's description changed.
-    from retrieval.catalog import Tool
+    from retrieval.catalog.model import Tool
     first = catalog.servers[0]
     tools = catalog.server_tools(first)
     changed = [Tool(t.server, t.name, t.description + (" (updated)" if i == 0 else ""), t.input_schema,

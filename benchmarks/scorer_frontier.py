@@ -34,10 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog import ToolId  # noqa: E402
-from retrieval.default_index import load_or_build_default  # noqa: E402
-from retrieval.evaluate import load_queries  # noqa: E402
-from retrieval.pipeline import Pipeline, Policy  # noqa: E402
+from retrieval.catalog.model import ToolId  # noqa: E402
+from retrieval.evaluation.harness import load_queries  # noqa: E402
+from retrieval.index.default import load_or_build_default  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 from scorer import Scorer  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"

@@ -13,7 +13,7 @@ Agreement::
     python benchmarks/scorer_speed.py --compare FP32_DIR INT8_DIR --n 200 [--index INDEX_DIR]
 
 For each dev question, both models score the same 100 candidates: the hybrid top-100 of
-``retrieval.index.ToolIndex`` (loaded from --index, else built) when importable, else the
+``retrieval.index.embedded.ToolIndex`` (loaded from --index, else built) when importable, else the
 labelled tool + 99 random tools (the output says which). Reports how often both pick the
 same top-1 and the same top-5 set, probability deltas, and each model's hit@1.
 
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog import Catalog, Tool, ToolId, load_default_catalog  # noqa: E402
+from retrieval.catalog.formats import load_default_catalog  # noqa: E402
+from retrieval.catalog.model import Catalog, Tool, ToolId  # noqa: E402
 from retrieval.jsonl import read_jsonl  # noqa: E402
 from scorer import Scorer  # noqa: E402
 
@@ -118,10 +119,10 @@ def candidate_source(args: argparse.Namespace, catalog: Catalog):
     """A function request, need, gold -> candidate tools, and a description of it."""
     if args.source in ("auto", "index"):
         try:
-            from retrieval.index import ToolIndex
+            from retrieval.index.embedded import ToolIndex
         except ImportError as exc:
             if args.source == "index":
-                raise SystemExit(f"--source index: retrieval.index is not importable ({exc})") from None
+                raise SystemExit(f"--source index: retrieval.index.embedded is not importable ({exc})") from None
         else:
             if args.index:
                 index = ToolIndex.load(args.index)

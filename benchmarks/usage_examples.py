@@ -4,7 +4,7 @@ Starts from the test servers' tools *without* example requests (``training/data/
 replays requests as usage (the agent calls the labelled tool, which the search must have
 offered among its first ``--offered`` tools, or nothing is learned), and ranks the test
 questions (``training/data/questions.jsonl``, split ``test``) with what was learned
-(:func:`retrieval.usage.retrieve_with_learned`). Rank 1 / top 5 against uses per tool:
+(:func:`retrieval.index.learned.retrieve_with_learned`). Rank 1 / top 5 against uses per tool:
 
 * ``other question``: the tools with two test questions; one question is the use, the other is
   ranked (and then the other way round). 0 or 1 use per tool: real, unseen requests.
@@ -35,10 +35,11 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog import Catalog, ToolId, load_default_catalog  # noqa: E402
-from retrieval.index import ToolIndex  # noqa: E402
+from retrieval.catalog.formats import load_default_catalog  # noqa: E402
+from retrieval.catalog.model import Catalog, ToolId  # noqa: E402
+from retrieval.index.embedded import ToolIndex  # noqa: E402
+from retrieval.index.learned import LearnedExamples, retrieve_with_learned  # noqa: E402
 from retrieval.jsonl import read_jsonl  # noqa: E402
-from retrieval.usage import LearnedExamples, retrieve_with_learned  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 USES = (0, 1, 2, 5)
@@ -115,7 +116,7 @@ class Usage:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from retrieval.encoder import OnnxEncoder
+    from retrieval.index.encoder import OnnxEncoder
 
     t0 = time.time()
     cat, questions = test_catalog()

@@ -3,13 +3,14 @@ scoring and the decision. Import this to use toolrank from Python."""
 
 from __future__ import annotations
 
-from .catalog import Catalog, CatalogError, Tool, ToolId, load_catalog, load_default_catalog, load_examples
-from .eligibility import Eligibility
-from .fusion import FusionConfig
-from .hits import Hit
-from .index import IndexLoadError, IndexSaveError, ToolIndex
-from .results import ScoredTool, SearchResult, TokenReport
-from .smithery import load_smithery
+from .catalog.eligibility import Eligibility
+from .catalog.formats import load_catalog, load_default_catalog, load_examples
+from .catalog.model import Catalog, CatalogError, Tool, ToolId
+from .catalog.smithery import load_smithery
+from .index.embedded import IndexLoadError, IndexSaveError, ToolIndex
+from .index.fusion import FusionConfig
+from .index.hits import Hit
+from .pipeline.results import ScoredTool, SearchResult, TokenReport
 
 __all__ = [
     "Catalog", "CatalogError", "Tool", "ToolId", "load_catalog", "load_default_catalog", "load_examples",
@@ -22,9 +23,9 @@ __all__ = [
 def __getattr__(name: str):
     # The pipeline pulls in the token counter and the shortcuts: load it on first use.
     if name in ("Pipeline", "Policy", "load_pipeline"):
-        from . import pipeline
-        return getattr(pipeline, name)
+        from .pipeline import flow
+        return getattr(flow, name)
     if name == "load_or_build_default":
-        from .default_index import load_or_build_default
+        from .index.default import load_or_build_default
         return load_or_build_default
     raise AttributeError(f"module 'retrieval' has no attribute {name!r}")

@@ -33,7 +33,7 @@ def _add_backend(p: argparse.ArgumentParser) -> None:
 
 
 def _backend(a: argparse.Namespace):
-    from .backends import BackendConfig
+    from .index.backends import BackendConfig
 
     return BackendConfig.from_env(backend=a.backend, qdrant_url=a.qdrant_url, qdrant_api_key=a.qdrant_api_key,
                                   qdrant_path=a.qdrant_path, collection=a.collection)
@@ -41,10 +41,10 @@ def _backend(a: argparse.Namespace):
 
 def _qdrant_index(a: argparse.Namespace, backend):
     """The collection (filled from the shipped catalog when empty), or a new one from --catalog."""
-    from .backends import qdrant_index
-    from .catalog import load_catalog, load_default_catalog, load_examples
-    from .default_index import load_or_build_default
-    from .qdrant_index import QdrantToolIndex
+    from .catalog.formats import load_catalog, load_default_catalog, load_examples
+    from .index.backends import qdrant_index
+    from .index.default import load_or_build_default
+    from .index.qdrant.index import QdrantToolIndex
 
     if a.index:
         raise ValueError("--index names an embedded index folder; with --backend qdrant the index is the collection "
@@ -59,9 +59,9 @@ def _qdrant_index(a: argparse.Namespace, backend):
 
 
 def _index_from(a: argparse.Namespace):
-    from .catalog import load_catalog, load_default_catalog, load_examples
-    from .default_index import load_or_build_default
-    from .index import ToolIndex
+    from .catalog.formats import load_catalog, load_default_catalog, load_examples
+    from .index.default import load_or_build_default
+    from .index.embedded import ToolIndex
 
     backend = _backend(a)
     if backend.backend == "qdrant":
@@ -83,14 +83,15 @@ def _index_from(a: argparse.Namespace):
 
 
 def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top: int | None = None):
-    from .pipeline import Policy, load_pipeline
+    from .pipeline.decision import Policy
+    from .pipeline.flow import load_pipeline
 
     return load_pipeline(index, False if no_model else model, policy=Policy(score_top=score_top), threads=threads)
 
 
 def cmd_index(a: argparse.Namespace) -> int:
-    from .catalog import load_catalog, load_examples
-    from .index import ToolIndex
+    from .catalog.formats import load_catalog, load_examples
+    from .index.embedded import ToolIndex
 
     backend = _backend(a)
     if backend.backend == "qdrant":
@@ -120,14 +121,14 @@ def cmd_index(a: argparse.Namespace) -> int:
 
 
 def _cache_beside(path: Path) -> Path:
-    from .index_examples import cache_beside
+    from .index.examples import cache_beside
     return cache_beside(path)
 
 
 def _write_examples(a: argparse.Namespace, cat, cache: Path):
     """``(catalog with example requests, exit status)``, or ``(None, 0)`` after a dry run.
     Status 1 when the endpoint failed for some tools (they are indexed without examples)."""
-    from .index_examples import format_dry_run, llm_client, plan_examples, write_examples
+    from .index.examples import format_dry_run, llm_client, plan_examples, write_examples
 
     if a.dry_run:
         print(format_dry_run(plan_examples(cat, cache)))
@@ -155,8 +156,8 @@ def _index_qdrant(a: argparse.Namespace, backend) -> int:
     if a.write_examples:
         raise ValueError("--write-examples builds embedded indexes only for now; write the examples with "
                          "--backend embedded, or with `toolrank generate examples`, then pass --examples FILE")
-    from .catalog import load_catalog, load_examples
-    from .qdrant_index import QdrantToolIndex
+    from .catalog.formats import load_catalog, load_examples
+    from .index.qdrant.index import QdrantToolIndex
 
     if getattr(a, "mcp_config", None) or a.out is not None or getattr(a, "index", None) is not None:
         raise ValueError("with --backend qdrant the index goes into the collection (--collection NAME): give "
@@ -174,7 +175,8 @@ def _index_qdrant(a: argparse.Namespace, backend) -> int:
 def _index_mcp(a: argparse.Namespace) -> int:
     """`toolrank index --mcp-config FILE`: 0 when every server was indexed, 1 when some failed
     (the others are indexed), 2 when none could be."""
-    from .mcp_harvest import index_mcp_config, install_log_redaction, redact
+    from .catalog.mcp_harvest import install_log_redaction, redact
+    from .index.mcp import index_mcp_config
 
     if a.out is not None or a.examples or a.no_examples:
         raise ValueError("with --mcp-config, give the index folder as --index DIR (--out, --examples and "
@@ -197,7 +199,7 @@ def _index_mcp(a: argparse.Namespace) -> int:
 
 def _mcp_examples(a: argparse.Namespace, path: Path) -> int:
     """Example requests for the harvested index's tools that have none, then the index saved again."""
-    from .index import ToolIndex
+    from .index.embedded import ToolIndex
 
     index = ToolIndex.load(path)
     cat, status = _write_examples(a, index.catalog, a.examples_cache or _cache_beside(path))
@@ -213,7 +215,7 @@ def _mcp_examples(a: argparse.Namespace, path: Path) -> int:
 
 
 def cmd_search(a: argparse.Namespace) -> int:
-    from .eligibility import Eligibility
+    from .catalog.eligibility import Eligibility
 
     index = _index_from(a)
     eligible = None
@@ -234,7 +236,7 @@ def cmd_search(a: argparse.Namespace) -> int:
     pipe = _pipeline(index, a.model, a.no_model, a.threads, a.score_top)
     res = pipe.search(a.request, a.need, eligible=eligible, k=a.k, explain=a.explain, fmt=a.format)
     if a.json:
-        from .serialize import result_to_dict
+        from .pipeline.serialize import result_to_dict
         print(json.dumps(result_to_dict(res), indent=1, ensure_ascii=False))
         return 0
     print(f"decision: {res.decision}   best probability: {res.best_probability:.3f}   attempt {res.attempt}")
@@ -254,7 +256,7 @@ def cmd_search(a: argparse.Namespace) -> int:
 
 
 def cmd_eval(a: argparse.Namespace) -> int:
-    from .evaluate import evaluate, format_report, load_queries, pipeline_rerankers
+    from .evaluation.harness import evaluate, format_report, load_queries, pipeline_rerankers
 
     index = _index_from(a)
     queries = load_queries(a.queries, split=a.split)
@@ -276,11 +278,11 @@ def cmd_eval(a: argparse.Namespace) -> int:
         raise ValueError("--nofit needs --abstain")
     nofit_rep = None
     if a.abstain and a.nofit:
-        from .abstention import load_nofit, nofit_report
+        from .evaluation.abstention import load_nofit, nofit_report
         nofit_rep = nofit_report(pipe, queries, load_nofit(a.nofit, a.split), show_progress=not a.json)
         report["abstention_real"] = {k: v for k, v in nofit_rep.items() if k not in ("coverage", "risk")}
     if a.abstain:
-        from .abstention import abstention_report, format_abstention, plot_coverage_risk
+        from .evaluation.abstention import abstention_report, format_abstention, plot_coverage_risk
         rep = abstention_report(pipe, queries, show_progress=not a.json)
         png = plot_coverage_risk(rep, a.plot) if a.plot else None
         report["abstention"] = {k: v for k, v in rep.items() if k not in ("coverage", "risk")}
@@ -295,7 +297,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
     else:
         print(format_report(report))
         if nofit_rep is not None:
-            from .abstention import format_nofit
+            from .evaluation.abstention import format_nofit
             print()
             print(format_nofit(nofit_rep))
         if a.abstain:
@@ -427,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("retrieval.default_index").setLevel(logging.INFO)  # "building the default index … (once)"
+    logging.getLogger("retrieval.index.default").setLevel(logging.INFO)  # "building the default index … (once)"
     if getattr(a, "k", None) is None and a.cmd == "search":
         a.k = 100 if a.retrieval_only else None
     try:

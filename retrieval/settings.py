@@ -21,7 +21,7 @@ class RetrievalSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
 
-    backend: str = "embedded"     # checked with a helpful message by retrieval.backends.BackendConfig
+    backend: str = "embedded"     # checked with a helpful message by retrieval.index.backends.BackendConfig
     qdrant_url: str | None = None
     qdrant_api_key: SecretStr | None = None
     qdrant_path: str | None = None

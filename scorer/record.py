@@ -26,7 +26,7 @@ from typing import Any, Protocol, Sequence
 
 
 class Tool(Protocol):
-    """What a record reads of a tool (:class:`retrieval.catalog.Tool` has it); scorer imports nothing from above."""
+    """What a record reads of a tool (:class:`retrieval.catalog.model.Tool` has it); scorer imports nothing from above."""
 
     server: str
     name: str
@@ -106,7 +106,7 @@ def format_record(
         need: What the assistant is looking for, in its own words; ``None`` or blank
             omits the line.
         tool: Any object with ``server``, ``name``, ``description`` and ``examples``
-            attributes (normally :class:`retrieval.catalog.Tool`).
+            attributes (normally :class:`retrieval.catalog.model.Tool`).
         max_description_chars: Budget for the description, ellipsis included (>= 2).
         examples: How many of the tool's example requests to append (0 = none).
         parameters: How many of the tool's input-schema parameter names to append (0 = none).

@@ -146,7 +146,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         settings: the service settings; read from ``TOOLRANK_*`` environment variables when None.
         pipeline: an object with ``search``, ``score``, ``model_info`` and an ``index`` (with
             ``catalog``, ``upsert_server``, ``remove_server``, ``save``, ``load``). When None the
-            lifespan builds the real ``retrieval.pipeline.Pipeline``.
+            lifespan builds the real ``retrieval.pipeline.flow.Pipeline``.
         tenants: API keys and tenants; loaded from ``settings.config`` when None.
 
     Raises:

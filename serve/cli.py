@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         if settings.config is not None:
             load_tenants(settings.config)
         if settings.backend == "qdrant" and settings.qdrant_url is not None:  # unreachable: one line, now
-            from retrieval.qdrant_index import QdrantCollection, QdrantConfig
+            from retrieval.index.qdrant.collection import QdrantCollection
+            from retrieval.index.qdrant.schema import QdrantConfig
 
             key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key is not None else None
             QdrantCollection.connect(QdrantConfig(url=settings.qdrant_url, api_key=key, collection=settings.collection))

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from retrieval.catalog import CatalogError, confusable_with
+from retrieval.catalog.model import CatalogError
+from retrieval.catalog.rules import confusable_with
 
 from .index_store import IndexStore, StoreError
 

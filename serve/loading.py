@@ -76,8 +76,8 @@ def default_parts(settings: Settings) -> PipelineParts:
     thread, so readiness never waits for it: answers carry no suggestions until it is ready,
     then ``on_public_ready`` is called.
     """
-    from retrieval.index import ToolIndex
-    from retrieval.pipeline import Pipeline
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.pipeline.flow import Pipeline
 
     scorer, scorer_status = load_scorer(settings)
     shared: dict[str, Any] = {}
@@ -85,7 +85,7 @@ def default_parts(settings: Settings) -> PipelineParts:
     def encoder() -> Any | None:
         if "encoder" not in shared:
             try:
-                from retrieval.encoder import OnnxEncoder
+                from retrieval.index.encoder import OnnxEncoder
             except ImportError:
                 shared["encoder"] = None
             else:
@@ -102,7 +102,7 @@ def default_parts(settings: Settings) -> PipelineParts:
 
     def seed() -> Any:
         if settings.catalog is not None:
-            from retrieval.catalog import load_catalog
+            from retrieval.catalog.formats import load_catalog
 
             log.info("building the first index from %s", settings.catalog)
             return ToolIndex.build(load_catalog(settings.catalog), encoder=encoder())
@@ -110,9 +110,9 @@ def default_parts(settings: Settings) -> PipelineParts:
             log.info("seeding the store from the saved index in %s", settings.index_dir)
             return load(Path(settings.index_dir))
         try:
-            from retrieval.default_index import load_or_build_default
+            from retrieval.index.default import load_or_build_default
         except ImportError:
-            from retrieval.catalog import load_default_catalog
+            from retrieval.catalog.formats import load_default_catalog
 
             log.info("building the default index from the shipped catalog (about a minute)")
             return ToolIndex.build(load_default_catalog(), encoder=encoder())
@@ -129,7 +129,7 @@ def default_parts(settings: Settings) -> PipelineParts:
         if not settings.public_suggestions:
             return None
         try:
-            from retrieval.default_index import default_index_path, load_or_build_default
+            from retrieval.index.default import default_index_path, load_or_build_default
         except ImportError:
             log.warning("no public catalog index: no_fit answers carry no suggestions")
             return None

@@ -24,18 +24,20 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Itera
 
 import anyio
 
-from retrieval.catalog import ToolId
-from retrieval.eligibility import Eligibility
-from retrieval.mcp_harvest import (DEFAULT_TIMEOUT_S, STRAY_ANSWER, McpConfig, ServerHarvest, ServerSpec,
-                                   apply_harvest, describe_error, list_all_tools, open_session, redact,
-                                   server_description, tools_from_listing)
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import ToolId
+from retrieval.catalog.mcp_harvest import (DEFAULT_TIMEOUT_S, STRAY_ANSWER, McpConfig, ServerHarvest, ServerSpec,
+                                           describe_error, list_all_tools, open_session, redact, server_description,
+                                           tools_from_listing)
+from retrieval.index.mcp import apply_harvest
 
 if TYPE_CHECKING:
     from mcp import ClientSession, types
 
-    from retrieval.index import ToolIndex
-    from retrieval.pipeline import Pipeline, Policy
-    from retrieval.results import SearchResult
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.flow import Pipeline
+    from retrieval.pipeline.results import SearchResult
 
 __all__ = ["Components", "default_components", "Backend", "BackendUnavailable", "ConnectionLost", "Gateway",
            "gateway_eligibility", "DEFAULT_CALL_TIMEOUT_S"]
@@ -68,9 +70,9 @@ class Components:
 def default_components(*, model: Path | None = None, no_model: bool = False, suggestions: bool = True,
                        threads: int = 2) -> Components:
     """The shipped encoder, scorer and confidence model (``no_model``: retrieval-only confidence)."""
-    from retrieval.encoder import OnnxEncoder
-    from retrieval.index import ToolIndex
-    from retrieval.pipeline import load_pipeline
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.encoder import OnnxEncoder
+    from retrieval.pipeline.flow import load_pipeline
 
     encoder = OnnxEncoder(threads=threads)
     made: dict[str, Any] = {}
@@ -83,7 +85,7 @@ def default_components(*, model: Path | None = None, no_model: bool = False, sug
         return made["first"]
 
     def default_index() -> "ToolIndex":
-        from retrieval.default_index import load_or_build_default
+        from retrieval.index.default import load_or_build_default
         return load_or_build_default()
 
     return Components(encoder, make_pipeline, lambda path: ToolIndex.load(path, encoder=encoder), default_index)
@@ -259,7 +261,7 @@ class Gateway:
                  index: "ToolIndex | None" = None, eligible: Eligibility | None = None,
                  policy_overrides: dict[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None):
-        from retrieval.pipeline import Policy
+        from retrieval.pipeline.decision import Policy
 
         if config is None and index is None:
             raise ValueError("the gateway needs an MCP configuration, an index, or both")
@@ -491,7 +493,7 @@ class Gateway:
 
     async def definition(self, server: str, tool: str) -> dict[str, Any] | str:
         """The whole MCP definition of one tool the caller may see (``server`` added), or why not."""
-        from retrieval.definitions import to_mcp
+        from retrieval.pipeline.definitions import to_mcp
 
         await self._ready.wait()
         index = self.index

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from mcp import types
     from mcp.server.lowlevel import Server
 
-    from retrieval.results import ScoredTool, SearchResult
+    from retrieval.pipeline.results import ScoredTool, SearchResult
 
 __all__ = ["FIND_TOOLS", "CALL_TOOL", "DESCRIBE_TOOL", "tool_definitions", "bound_tools", "find_payload", "build_server", "serve_stdio",
            "serve_http", "build_parser", "main"]
@@ -409,7 +409,7 @@ def _token(a: argparse.Namespace) -> str:
 
 
 def token_path() -> Path:
-    from retrieval.default_index import cache_dir
+    from retrieval.index.default import cache_dir
 
     return cache_dir() / "mcp-http-token"
 
@@ -529,7 +529,7 @@ async def serve_http(gateway: Gateway, server: "Server", host: str, port: int, t
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from retrieval.mcp_harvest import DEFAULT_TIMEOUT_S
+    from retrieval.catalog.mcp_harvest import DEFAULT_TIMEOUT_S
 
     p = argparse.ArgumentParser(
         prog="toolrank mcp",
@@ -611,8 +611,9 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
     Raises:
         ValueError: a bad option, configuration, tenants file or index (one line, no traceback).
     """
-    from retrieval.index import IndexLoadError
-    from retrieval.mcp_harvest import default_mcp_index_path, load_mcp_config
+    from retrieval.catalog.mcp_harvest import load_mcp_config
+    from retrieval.index.embedded import IndexLoadError
+    from retrieval.index.mcp import default_mcp_index_path
 
     if a.timeout <= 0 or a.call_timeout <= 0:
         raise ValueError("--timeout and --call-timeout must be positive numbers of seconds")
@@ -659,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stdout carries the protocol over stdio, so everything else goes to stderr.
     """
-    from retrieval.mcp_harvest import install_log_redaction
+    from retrieval.catalog.mcp_harvest import install_log_redaction
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["mcp"]:
@@ -707,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
 def _started_by_itself(config: Path) -> bool:
     """Whether a `toolrank mcp` (or `toolrank index`) on this same configuration started this one,
     however the entry wrapped it (uvx, pipx run, npx, bash -c, another venv)."""
-    from retrieval.mcp_harvest import ENV_PARENTS
+    from retrieval.catalog.mcp_harvest import ENV_PARENTS
 
     parents = [p for p in os.environ.get(ENV_PARENTS, "").split(os.pathsep) if p]
     try:
@@ -723,7 +724,7 @@ def _refuse_recursion(config: Path) -> int:
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
 
-    from retrieval.mcp_harvest import RECURSIVE_SERVER_NAME
+    from retrieval.catalog.mcp_harvest import RECURSIVE_SERVER_NAME
 
     sys.stderr.write(f"toolrank mcp: started by toolrank on the same configuration ({config}); not starting "
                      "its servers again. Remove the toolrank entry from that file.\n")

@@ -19,7 +19,8 @@ import logging
 import threading
 from typing import Any, Callable, Iterator
 
-from retrieval.qdrant_index import QdrantCollection, QdrantToolIndex
+from retrieval.index.qdrant.collection import QdrantCollection
+from retrieval.index.qdrant.index import QdrantToolIndex
 
 __all__ = ["QdrantStore", "qdrant_store"]
 
@@ -99,7 +100,7 @@ def qdrant_store(settings: Any, seed: Callable[[], Any], index: Any = None) -> t
         collection, encoder = index.collection, index.encoder
         get_encoder: Callable[[], Any] = lambda: encoder   # noqa: E731
     else:
-        from retrieval.backends import BackendConfig
+        from retrieval.index.backends import BackendConfig
 
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key is not None else None
         config = BackendConfig(backend="qdrant", qdrant_url=settings.qdrant_url,
@@ -110,7 +111,7 @@ def qdrant_store(settings: Any, seed: Callable[[], Any], index: Any = None) -> t
 
         def get_encoder() -> Any:
             if "encoder" not in shared:
-                from retrieval.encoder import OnnxEncoder
+                from retrieval.index.encoder import OnnxEncoder
                 shared["encoder"] = OnnxEncoder()
             return shared["encoder"]
 

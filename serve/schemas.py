@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from retrieval.catalog import MAX_NAME_CHARS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, check_json, check_name, check_schema
+from retrieval.catalog.rules import (MAX_NAME_CHARS, MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, check_json, check_name,
+                                     check_schema)
 
 __all__ = [
     "MAX_REQUEST_CHARS", "MAX_NEED_CHARS", "MAX_DESCRIPTION_CHARS", "MAX_CANDIDATES", "MAX_K",

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from retrieval.eligibility import Eligibility
+from retrieval.catalog.eligibility import Eligibility
 
 __all__ = ["Tenant", "Tenants", "TenantConfigError", "hash_key", "new_key", "load_tenants", "DEV_TENANT"]
 

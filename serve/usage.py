@@ -3,7 +3,7 @@
 A search records what it offered (the tenant, the request id, the request and the tools);
 feedback on that request id (``POST /v1/feedback``, or the MCP gateway's ``call_tool``) records
 the call, and a *successful* call to an *offered* tool makes the request a learned example of
-that tool for that tenant (:mod:`retrieval.usage`). A failed call, or a call to a tool that was
+that tool for that tenant (:mod:`retrieval.index.learned`). A failed call, or a call to a tool that was
 not offered, is recorded and not learned from.
 
 Storage, per tenant, under a usage root (``<TOOLRANK_INDEX_DIR>/usage`` for the service,
@@ -39,9 +39,9 @@ from typing import Any, Literal, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from retrieval.catalog import ToolId
+from retrieval.catalog.model import ToolId
+from retrieval.index.learned import DEFAULT_LIMIT, LearnedExamples
 from retrieval.jsonl import dumps_line, read_jsonl
-from retrieval.usage import DEFAULT_LIMIT, LearnedExamples
 
 from .index_store import IndexStore, StoreError
 
@@ -236,8 +236,8 @@ def written_examples(settings: Any, name: str, description: str, tools: Sequence
     Raises:
         ServiceError: 422 when no LLM endpoint is configured.
     """
-    from retrieval.catalog import Catalog, Tool
-    from retrieval.index_examples import llm_client, write_examples
+    from retrieval.catalog.model import Catalog, Tool
+    from retrieval.index.examples import llm_client, write_examples
 
     from .errors import ServiceError
 

@@ -20,7 +20,7 @@ def catalog():
 
 @pytest.fixture
 def index(catalog, encoder):
-    from retrieval.index import ToolIndex
+    from retrieval.index.embedded import ToolIndex
     return ToolIndex.build(catalog, encoder=encoder)
 
 

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from retrieval.catalog import Catalog, Tool, ToolId
+from retrieval.catalog.model import Catalog, Tool, ToolId
 
 
 class HashEncoder:

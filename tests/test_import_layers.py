@@ -1,9 +1,11 @@
-"""The import layers: scorer below retrieval below serve and training (import-linter, pyproject.toml),
-and no module reached by an import string except through the CLI's one dispatch table."""
+"""The import layers: scorer below retrieval below serve and training, and retrieval's rooms in order
+(import-linter, pyproject.toml), and no module reached by an import string except through the CLI's
+one dispatch table."""
 
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,15 @@ def test_the_layers_hold():
     pytest.importorskip("importlinter", reason="import-linter is in the test extra; regenerate the lock (.ci/lock)")
     from importlinter.cli import lint_imports
 
-    assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
+    # lint_imports configures logging with dictConfig, which disables every logger that exists:
+    # give the loggers of the code under test back to the tests that run after this one.
+    enabled = [lg for lg in logging.root.manager.loggerDict.values()
+               if isinstance(lg, logging.Logger) and not lg.disabled]
+    try:
+        assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
+    finally:
+        for lg in enabled:
+            lg.disabled = False
 
 
 def _string_imports(path: Path) -> list[int]:
@@ -59,7 +69,7 @@ def test_the_dispatch_table_names_modules_that_exist_with_a_main():
 
 
 def test_scorer_reads_tools_through_its_own_protocol():
-    from retrieval.catalog import Tool as CatalogTool
+    from retrieval.catalog.model import Tool as CatalogTool
     from scorer.record import Tool, format_record
 
     tool = CatalogTool("S", "t", "does a thing", {"type": "object", "properties": {"x": {}}}, "", ("an example",))

@@ -17,7 +17,7 @@ def stage(top1, top5, top20, rec, l1, l5, by_style) -> dict:
             "by_style": by_style}
 
 
-def report(n: int, stages: dict) -> dict:  # the shape retrieval.evaluate.evaluate returns
+def report(n: int, stages: dict) -> dict:  # the shape retrieval.evaluation.harness.evaluate returns
     return {"n": n, "org_size": None, "seed": 0, "use_need": False, "examples": True, "stages": stages}
 
 

@@ -29,7 +29,7 @@ def test_only_retrieval_version_reads_the_installed_version():
 
 
 def test_the_service_and_the_mcp_server_say_that_version():
-    from retrieval import mcp_harvest
+    from retrieval.catalog import mcp_harvest
     from retrieval.version import package_version
     from serve.app import create_app
     from serve.settings import Settings

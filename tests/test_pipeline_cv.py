@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("sklearn")
 
-from retrieval.confidence import FEATURES  # noqa: E402
+from retrieval.pipeline.confidence import FEATURES  # noqa: E402
 from training.calibrate import Collected  # noqa: E402
 
 

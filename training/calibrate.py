@@ -9,7 +9,7 @@ the request alone with the labelled server and every acceptable alternative's se
 ineligible (mode ``abstain``: nothing fits, every candidate is a negative). Labels: the
 labelled tool or an acceptable alternative is 1, everything else 0.
 
-Two stages (retrieval/confidence.py):
+Two stages (retrieval/pipeline/confidence.py):
 
 1. a logistic model over every candidate's features, fitted on all three kinds of list,
    so its scores also learn what a list without a fitting tool looks like (abstention
@@ -33,14 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.catalog import ToolId
-from retrieval.confidence import (FEATURES, RETRIEVAL_FEATURES, ConfidenceModel, ListCalibration, candidate_features,
-                                  combiner_file, default_confidence_path)
-from retrieval.eligibility import Eligibility
-from retrieval.evaluate import Query, load_queries
-from retrieval.index import ToolIndex
-from retrieval.pipeline import first_logits
-from retrieval.server_mentions import ServerMentionMatcher
+from retrieval.catalog.model import ToolId
+from retrieval.pipeline.confidence import (FEATURES, RETRIEVAL_FEATURES, ConfidenceModel, ListCalibration,
+                                           candidate_features, combiner_file, default_confidence_path)
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.evaluation.harness import Query, load_queries
+from retrieval.index.embedded import ToolIndex
+from retrieval.pipeline.confidence import first_logits
+from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
 log = logging.getLogger("toolrank.calibrate")
 DATA = Path(__file__).resolve().parent / "data"
@@ -87,7 +87,7 @@ MODES = QUESTION_MODES + ("nofit",)               # + lists of requests written 
 
 
 def _logits(scorer, request: str, need: str | None, index: ToolIndex, hits, score_top: int | None) -> np.ndarray:
-    """The logits the pipeline would use (:func:`retrieval.pipeline.first_logits`)."""
+    """The logits the pipeline would use (:func:`retrieval.pipeline.confidence.first_logits`)."""
     return first_logits(scorer, request, need, [index.catalog[h.tool_id] for h in hits], score_top)
 
 
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if not set(cal_modes) <= set(modes):
         p.error(f"--calibrate-on {','.join(cal_modes)} must be among --modes {','.join(modes)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from retrieval.default_index import load_or_build_default
+    from retrieval.index.default import load_or_build_default
 
     index = load_or_build_default(with_examples=not a.no_examples, show_progress=True)
     queries = load_queries(a.queries, split=a.split)[: a.limit or None]
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     if "nofit" in modes and not a.nofit:
         p.error("--modes nofit needs --nofit FILE")
     if a.nofit:
-        from retrieval.abstention import load_nofit
+        from retrieval.evaluation.abstention import load_nofit
         collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col, score_top=a.score_top)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES

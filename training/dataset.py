@@ -25,7 +25,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from retrieval.catalog import Catalog, ToolId, default_catalog_path, default_examples_path, load_catalog, load_examples
+from retrieval.catalog.formats import default_catalog_path, default_examples_path, load_catalog, load_examples
+from retrieval.catalog.model import Catalog, ToolId
 from retrieval.jsonl import split_lines
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -109,16 +109,16 @@ class Tools:
     """(server, tool) -> Tool over both catalogs a teacher list may come from (MCP-Zero with examples)."""
 
     def __init__(self, smithery_dir: Path | None):
-        from retrieval.catalog import load_default_catalog
+        from retrieval.catalog.formats import load_default_catalog
 
         self.catalogs = {"mcp-zero": load_default_catalog(with_examples=True)}
         if smithery_dir is not None:
-            from retrieval.smithery import read_smithery
+            from retrieval.catalog.smithery import read_smithery
 
             self.catalogs["smithery"] = read_smithery(smithery_dir).catalog
 
     def get(self, catalog: str, server: str, tool: str) -> Any:
-        from retrieval.catalog import ToolId
+        from retrieval.catalog.model import ToolId
 
         cat = self.catalogs.get(catalog)
         if cat is None:

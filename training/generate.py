@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
-from retrieval.catalog import Catalog, CatalogError, Tool, ToolId, load_catalog, load_examples
+from retrieval.catalog.formats import load_catalog, load_examples
+from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
 from retrieval.jsonl import dumps_line, split_lines
 from training.judge import JUDGE_METHODS, EndpointJudge, Judgment, LlamaCppJudge
 from training.llm import ChatClient, GenerationError, LLMConfig
@@ -393,16 +394,16 @@ def load_candidates(path: str | Path) -> dict[str, list[ToolId]]:
 
 
 def index_candidates(catalog: Catalog) -> CandidatesFn:
-    """Candidates mined by the hybrid retriever (``retrieval.index.ToolIndex``), top ``k`` per request.
+    """Candidates mined by the hybrid retriever (``retrieval.index.embedded.ToolIndex``), top ``k`` per request.
 
     Raises:
-        GenerationError: ``retrieval.index`` cannot be imported.
+        GenerationError: ``retrieval.index.embedded`` cannot be imported.
     """
     try:
-        from retrieval.index import ToolIndex
+        from retrieval.index.embedded import ToolIndex
     except ImportError as exc:
         raise GenerationError(
-            f"no --candidates file given, and retrieval.index.ToolIndex cannot be imported ({exc}); "
+            f"no --candidates file given, and retrieval.index.embedded.ToolIndex cannot be imported ({exc}); "
             'pass --candidates FILE with {"qid", "server", "tool"} lines') from None
     index = ToolIndex.build(catalog)
 
@@ -529,7 +530,7 @@ def _parser() -> argparse.ArgumentParser:
     jd = sub.add_parser("judgments", parents=[common, endpoint], help="P(yes) per (question, candidate)")
     jd.add_argument("--questions", required=True, help="questions JSONL ({id, query, need?, server?, tool?})")
     jd.add_argument("--candidates", help='candidates JSONL ({"qid", "server", "tool"}); default: mined by '
-                                         "retrieval.index.ToolIndex")
+                                         "retrieval.index.embedded.ToolIndex")
     jd.add_argument("--examples", help="example requests JSONL to index with the catalog (mining only)")
     jd.add_argument("--k", type=int, default=15, help="mined candidates per question (default 15)")
     jd.add_argument("--method", choices=JUDGE_METHODS, default="auto",
@@ -565,7 +566,7 @@ def _load_splits(path: str) -> dict[str, str]:
 def _catalog(args: argparse.Namespace) -> Catalog:
     if args.catalog:
         return load_catalog(args.catalog)
-    from retrieval.catalog import load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
 
     return load_default_catalog(with_examples=True)  # examples only feed candidate mining
 

@@ -215,8 +215,8 @@ def quality_gate(fp32_dir: str | Path, int8_dir: str | Path, *, questions: int =
 
     from scipy.stats import spearmanr
 
-    from retrieval.default_index import load_or_build_default
-    from retrieval.evaluate import load_queries
+    from retrieval.evaluation.harness import load_queries
+    from retrieval.index.default import load_or_build_default
     from scorer import Scorer
 
     index = load_or_build_default()

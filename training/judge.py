@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from retrieval.catalog import Tool
+from retrieval.catalog.model import Tool
 from training.llm import ChatClient, EndpointError, GenerationError, MalformedReplyError, TokenLogprob
 from training.prompting import judgment_messages
 

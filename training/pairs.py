@@ -14,9 +14,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from retrieval.catalog import Catalog, ToolId
-from retrieval.eligibility import Eligibility
-from retrieval.index import ToolIndex
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, ToolId
+from retrieval.index.embedded import ToolIndex
 from retrieval.jsonl import split_lines
 
 __all__ = ["PairConfig", "Pair", "load_split", "build_pairs", "data_hash"]

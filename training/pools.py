@@ -38,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from tqdm import tqdm
 
-    from retrieval.catalog import load_default_catalog
-    from retrieval.default_index import load_or_build_default
-    from retrieval.evaluate import load_queries
-    from retrieval.index import ToolIndex
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.evaluation.harness import load_queries
+    from retrieval.index.default import load_or_build_default
+    from retrieval.index.embedded import ToolIndex
 
     from .distill import read_teacher
     from .pairs import DATA_DIR
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(t.catalog == "smithery" for t in lists):
         if a.smithery is None:
             p.error("the teacher lists include Smithery lists: pass --smithery DIR")
-        from retrieval.smithery import read_smithery
+        from retrieval.catalog.smithery import read_smithery
 
         indexes["smithery"] = ToolIndex.build(read_smithery(a.smithery).catalog, with_examples=False,
                                               show_progress=True)

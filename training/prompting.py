@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-from retrieval.catalog import Tool
+from retrieval.catalog.model import Tool
 from training.llm import MalformedReplyError
 
 __all__ = [

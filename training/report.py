@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.confidence import ConfidenceModel
-from retrieval.evaluate import load_queries
+from retrieval.evaluation.harness import load_queries
+from retrieval.pipeline.confidence import ConfidenceModel
 from scorer.calibration import expected_calibration_error, sigmoid
 
 from .calibrate import collect
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
-    from retrieval.default_index import load_or_build_default
+    from retrieval.index.default import load_or_build_default
     from scorer import Scorer
 
     scorer = Scorer.load(a.model, threads=a.threads)

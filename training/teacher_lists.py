@@ -24,8 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from retrieval.catalog import Catalog, ToolId, load_default_catalog
-from retrieval.index import ToolIndex
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import Catalog, ToolId
+from retrieval.index.embedded import ToolIndex
 
 __all__ = ["mine_lists", "split_catalog", "main"]
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         indexes = [ToolIndex.build(split_catalog(a.catalog, with_examples=True), with_examples=True),
                    ToolIndex.build(split_catalog(a.catalog, with_examples=False), with_examples=False)]
     else:
-        from retrieval.smithery import read_smithery
+        from retrieval.catalog.smithery import read_smithery
 
         catalog = read_smithery(a.smithery).catalog
         if a.keep_servers:
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _smithery_names(folder: Path, kept: set[str]) -> set[str]:
-    from retrieval.smithery import read_smithery
+    from retrieval.catalog.smithery import read_smithery
 
     load = read_smithery(folder)
     by_qualified = {q: s for q, s in load.renamed.items()}

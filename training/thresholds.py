@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.eligibility import Eligibility
-from retrieval.evaluate import load_queries
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.evaluation.harness import load_queries
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -45,13 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nofit", type=Path, help="requests written to have no tool; their split --split is used")
     p.add_argument("--limit", type=int, help="only the first N questions (the calibration fit's subset)")
     a = p.parse_args(argv)
-    from retrieval.pipeline import load_pipeline
+    from retrieval.pipeline.flow import load_pipeline
 
     pipe = load_pipeline(model_dir=a.model or None)  # with the public registry, as deployed
     fit, none = best_probabilities(pipe, load_queries(DATA / "questions.jsonl", split=a.split)[: a.limit or None])
     real = None
     if a.nofit:
-        from retrieval.abstention import load_nofit
+        from retrieval.evaluation.abstention import load_nofit
         real = np.asarray([pipe.search(r.query).best_probability for r in load_nofit(a.nofit, a.split)])
     rows = []
     for t in np.round(np.arange(0.05, 0.96, 0.05), 2):

@@ -82,7 +82,7 @@ def start_run(args: argparse.Namespace) -> float:
 def trained_data_hash(*files: Path) -> str:
     """Hash of what a run really trained on: its mined pairs (or teacher lists) and the tool text
     (catalog and example requests) every record is built from."""
-    from retrieval.catalog import default_catalog_path, default_examples_path
+    from retrieval.catalog.formats import default_catalog_path, default_examples_path
 
     from .pairs import data_hash
 
@@ -117,8 +117,8 @@ def example_questions(catalog, split: dict[str, str], per_tool: int, seed: int) 
 
 def _pairs_key(example_anchors: int, seed: int) -> str:
     """What mined pairs depend on: the data files, the tool text, the mining settings and code."""
-    from retrieval.catalog import default_catalog_path, default_examples_path
-    from retrieval.encoder import default_encoder_path
+    from retrieval.catalog.formats import default_catalog_path, default_examples_path
+    from retrieval.index.encoder import default_encoder_path
 
     from .pairs import PairConfig, data_hash
 
@@ -139,8 +139,8 @@ def pairs_cache(path: Path, show_progress: bool = True, *, example_anchors: int 
         return [json.loads(l) for l in split_lines(path.read_text(encoding="utf-8")) if l]
     if path.exists():
         log.info("mined pairs in %s are from other inputs (or unkeyed): mining again", path)
-    from retrieval.catalog import load_default_catalog
-    from retrieval.index import ToolIndex
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.index.embedded import ToolIndex
 
     from .pairs import PairConfig, build_pairs, load_jsonl, load_split
 
@@ -165,9 +165,10 @@ def pairs_cache(path: Path, show_progress: bool = True, *, example_anchors: int 
 def dev_reranking_samples(n: int, seed: int = 0, max_description_chars: int = 300, examples: int = 0) -> list[dict]:
     """Dev questions with their hybrid top-15 (+ the labelled tool) for early stopping,
     in the same record (description budget, example requests) the model is trained on."""
-    from retrieval.catalog import ToolId, load_default_catalog
-    from retrieval.default_index import load_or_build_default
-    from retrieval.eligibility import Eligibility
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.model import ToolId
+    from retrieval.index.default import load_or_build_default
     from scorer.record import format_record
 
     from .pairs import load_jsonl, load_split
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    from retrieval.catalog import ToolId, load_default_catalog
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.model import ToolId
     from scorer.record import format_record
 
     rows = pairs_cache(a.pairs, example_anchors=a.example_anchors, seed=a.pair_seed)

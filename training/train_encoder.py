@@ -45,9 +45,10 @@ DATA = Path(__file__).resolve().parent / "data"
 
 def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: int = 13) -> list[dict]:
     """(anchor, positive card, tool key) rows from train servers only."""
-    from retrieval.catalog import ToolId, load_default_catalog
-    from retrieval.index import ToolIndex
-    from retrieval.text import tool_passages
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.model import ToolId
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.text import tool_passages
 
     from .pairs import load_jsonl, load_split
 
@@ -84,7 +85,7 @@ def teacher_rows(paths: Sequence[Path], smithery: Path | None, *, accept: float 
     One row per accepted candidate (the most confident ``max_positives``); each gets its own rejected
     look-alike. Lists without an accepted candidate or without a rejected one are skipped (counted).
     """
-    from retrieval.text import tool_passages
+    from retrieval.index.text import tool_passages
 
     from .distill import Tools, check_train_only, read_teacher
     from .pairs import load_split
@@ -146,8 +147,9 @@ def dev_questions(n: int, seed: int, split_name: str = "dev") -> list[dict]:
 
 def evaluate(model: Any, questions: list[dict], *, with_examples: bool = False) -> dict[str, float]:
     """Dense and hybrid rank 1 / top 5 / recall@20 / MRR over the whole catalog, request alone."""
-    from retrieval.catalog import ToolId, load_default_catalog
-    from retrieval.index import ToolIndex
+    from retrieval.catalog.model import ToolId
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.index.embedded import ToolIndex
 
     was_training = model.training
     model.eval()

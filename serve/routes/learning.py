@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, Query
 
-from retrieval.usage import LearnedExamples
+from retrieval.index.learned import LearnedExamples
 
 from ..deps import AppState, CallerTenant, ServedSnapshot
 from ..errors import ServiceError

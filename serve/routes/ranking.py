@@ -9,8 +9,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from retrieval.catalog import Tool, ToolId
-from retrieval.results import ScoredTool, SearchResult
+from retrieval.catalog.model import Tool, ToolId
+from retrieval.pipeline.results import ScoredTool, SearchResult
 
 from ..deps import AppState, CallerTenant, ServedSnapshot
 from ..engine import Snapshot, model_info

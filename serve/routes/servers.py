@@ -11,7 +11,9 @@ from typing import Any, Callable
 import anyio
 from fastapi import APIRouter, Query, Response
 
-from retrieval.catalog import CatalogError, check_name, tools_from_mcp_list
+from retrieval.catalog.formats import tools_from_mcp_list
+from retrieval.catalog.model import CatalogError
+from retrieval.catalog.rules import check_name
 from retrieval.jsonl import round_trips
 
 from ..deps import AdminTenant, AppState, CallerTenant, ServedSnapshot, ServingEngine

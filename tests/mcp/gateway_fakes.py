@@ -18,10 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # tests/: fake
 
 from fakes import HashEncoder, logit, tiny_catalog  # noqa: E402
 
-from retrieval.confidence import ConfidenceModel  # noqa: E402
-from retrieval.index import ToolIndex  # noqa: E402
-from retrieval.pipeline import Pipeline, Policy  # noqa: E402
-from retrieval.text import split_identifier  # noqa: E402
+from retrieval.index.embedded import ToolIndex  # noqa: E402
+from retrieval.index.text import split_identifier  # noqa: E402
+from retrieval.pipeline.confidence import ConfidenceModel  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 from serve.mcp_gateway import Components  # noqa: E402
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)

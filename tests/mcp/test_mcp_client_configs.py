@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from retrieval.catalog.mcp_harvest import load_mcp_config
 from retrieval.cli import main as toolrank
-from retrieval.mcp_harvest import load_mcp_config
 
 from mcp_helpers import HERE
 
@@ -107,7 +107,7 @@ def test_toolrank_index_reads_each_clients_file(client, tmp_path, capsys):
 
 
 def test_credentials_in_urls_are_redacted():
-    from retrieval.mcp_harvest import redact, redact_url
+    from retrieval.catalog.mcp_harvest import redact, redact_url
 
     assert redact_url("https://user:pa55@host.io/mcp?api_key=k1&region=eu&flag") == \
         "https://***@host.io/mcp?api_key=***&region=***&flag"

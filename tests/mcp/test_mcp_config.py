@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from retrieval.catalog.mcp_harvest import McpConfigError, load_mcp_config
 from retrieval.cli import main as toolrank
-from retrieval.mcp_harvest import McpConfigError, default_mcp_index_path, load_mcp_config
+from retrieval.index.mcp import default_mcp_index_path
 
 from mcp_helpers import FAKES, ROOT, child_env, toolrank_args
 

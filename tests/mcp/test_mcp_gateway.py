@@ -86,7 +86,7 @@ async def test_refusals_and_hidden_servers(tmp_path):
     """Only configured, eligible servers and tools run; a hidden server is refused exactly like an
     unknown one and never appears in results, errors or suggestions."""
     from fakes import HashEncoder
-    from retrieval.mcp_harvest import index_mcp_config
+    from retrieval.index.mcp import index_mcp_config
 
     (tmp_path / "tenants.toml").write_text(TENANTS)
     cfg = write_config(tmp_path / "mcp.json", {"weather": server("weather"), "notes": server("notes"),
@@ -179,7 +179,7 @@ async def test_a_tool_list_change_is_picked_up(tmp_path):
         ran = await gw.call_tool("call_tool", {"server": "changing", "tool": "translate_text", "arguments": {}})
         assert not ran.isError and text(ran) == "translate_text ran"
     from fakes import HashEncoder
-    from retrieval.index import ToolIndex
+    from retrieval.index.embedded import ToolIndex
     saved = ToolIndex.load(index, encoder=HashEncoder())                  # the update was saved too
     assert ("changing", "translate_text") in saved.catalog
 
@@ -188,7 +188,7 @@ async def test_a_tool_list_change_is_picked_up(tmp_path):
 async def test_find_only_mode_without_a_configuration(tmp_path):
     """Without --mcp-config: find_tools over an index, no call_tool; --server narrows what is seen."""
     from fakes import HashEncoder, tiny_catalog
-    from retrieval.index import ToolIndex
+    from retrieval.index.embedded import ToolIndex
 
     ToolIndex.build(tiny_catalog(), encoder=HashEncoder()).save(tmp_path / "index")
     async with stdio_gateway(tmp_path, "--index", str(tmp_path / "index"), "--server", "Weather",

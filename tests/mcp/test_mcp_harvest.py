@@ -8,8 +8,9 @@ import anyio
 import pytest
 
 from fakes import HashEncoder
-from retrieval.index import ToolIndex
-from retrieval.mcp_harvest import HarvestError, McpConfig, ServerSpec, harvest, index_mcp_config, load_mcp_config
+from retrieval.catalog.mcp_harvest import HarvestError, McpConfig, ServerSpec, harvest, load_mcp_config
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.mcp import index_mcp_config
 
 from mcp_helpers import PY, SERVERS, free_port, server, start, stop, write_config
 

@@ -16,8 +16,8 @@ from mcp.shared.memory import create_connected_server_and_client_session
 from fakes import HashEncoder, tiny_catalog
 from gateway_fakes import components
 from mcp_helpers import payload, run, server, text, write_config
-from retrieval.index import ToolIndex
-from retrieval.mcp_harvest import load_mcp_config
+from retrieval.catalog.mcp_harvest import load_mcp_config
+from retrieval.index.embedded import ToolIndex
 from retrieval.version import package_version
 from serve.mcp_gateway import Gateway, gateway_eligibility
 from serve.mcp_server import CALL_TOOL, DESCRIBE_TOOL, FIND_TOOLS, build_server

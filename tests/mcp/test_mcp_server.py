@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from retrieval.catalog import ToolId
-from retrieval.results import ScoredTool, SearchResult
-from retrieval.tokens import TokenCounter
+from retrieval.catalog.model import ToolId
+from retrieval.pipeline.results import ScoredTool, SearchResult
+from retrieval.pipeline.tokens import TokenCounter
 from serve.mcp_server import (CALL_TOOL, DESCRIBE_TOOL, FIND_TOOLS, MAX_ANSWER_CHARS, MAX_DESCRIPTION_CHARS,
                               MAX_SCHEMA_CHARS, _check_find, _host_port, bound_schema, bound_tools, find_payload,
                               http_url, one_line_reason, tool_definitions)

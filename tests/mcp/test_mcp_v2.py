@@ -18,7 +18,7 @@ import pytest
 from mcp import types
 
 from retrieval.cli import main as toolrank
-from retrieval.index import ToolIndex
+from retrieval.index.embedded import ToolIndex
 
 from mcp2_env import pinned_version
 from mcp_helpers import (FAKES, HERE, PY, ROOT, SERVERS, check_chatty_server, child_env, free_port, payload, server,

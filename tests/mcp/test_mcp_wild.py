@@ -12,8 +12,10 @@ import anyio
 import pytest
 
 from fakes import HashEncoder
+from retrieval.catalog.mcp_harvest import load_mcp_config
+from retrieval.catalog.mcp_harvest import load_mcp_config
 from retrieval.cli import main as toolrank
-from retrieval.mcp_harvest import index_mcp_config, load_mcp_config
+from retrieval.index.mcp import index_mcp_config
 from retrieval.version import package_version
 
 from mcp_helpers import (FAKES, HERE, PY, ROOT, check_chatty_server, payload, run, server, stdio_gateway, text, wait_for,

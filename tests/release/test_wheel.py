@@ -38,6 +38,14 @@ def test_wheel_holds_models_and_data(wheel):
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "runs/"))]
 
 
+def test_wheel_holds_every_package(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for pkg in ("retrieval", "scorer", "serve", "training"):
+        for init in sorted((ROOT / pkg).rglob("__init__.py")):
+            rel = init.relative_to(ROOT).as_posix()
+            assert rel in names, f"{rel} is not in the wheel: list its package in pyproject.toml [tool.setuptools]"
+
+
 @pytest.mark.slow
 def test_wheel_install_searches_outside_the_checkout(wheel, tmp_path):
     venv = tmp_path / "venv"

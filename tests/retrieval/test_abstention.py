@@ -9,11 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from retrieval.abstention import abstention_report, auroc, coverage_risk, format_abstention, plot_coverage_risk
-from retrieval.catalog import ToolId
-from retrieval.confidence import ConfidenceModel
-from retrieval.evaluate import Query
-from retrieval.pipeline import Pipeline, Policy
+from retrieval.evaluation.abstention import (abstention_report, auroc, coverage_risk, format_abstention,
+                                             plot_coverage_risk)
+from retrieval.catalog.model import ToolId
+from retrieval.evaluation.harness import Query
+from retrieval.pipeline.confidence import ConfidenceModel
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.flow import Pipeline
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)
 
@@ -185,7 +187,7 @@ def test_format_and_plot(index, tmp_path):
 def test_nofit_report_by_hand(index, tmp_path):
     import json
 
-    from retrieval.abstention import format_nofit, load_nofit, nofit_report
+    from retrieval.evaluation.abstention import format_nofit, load_nofit, nofit_report
 
     path = tmp_path / "nofit.jsonl"
     rows = [{"id": "n1", "query": "book a haircut for friday", "kind": "absent", "split": "test", "style": "goal"},
@@ -206,7 +208,7 @@ def test_nofit_report_by_hand(index, tmp_path):
 
 
 def test_load_nofit_errors_name_the_line(tmp_path):
-    from retrieval.abstention import load_nofit
+    from retrieval.evaluation.abstention import load_nofit
 
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "a", "query": "x", "split": "dev"}\n{"id": "b"}\n')

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from retrieval.always_available import AlwaysAvailable, AlwaysAvailableConfigError, AlwaysAvailableRule
-from retrieval.catalog import ToolId
-from retrieval.eligibility import Eligibility
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import ToolId
+from retrieval.shortcuts.always_available import AlwaysAvailable, AlwaysAvailableConfigError, AlwaysAvailableRule
 
 WEB = ToolId("Brave Search", "brave_web_search")
 DOCS = ToolId("Glean", "search")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from retrieval.bm25 import BM25Index
+from retrieval.index.bm25 import BM25Index
 
 DOCS = [
     "get shard allocation and status for an index",          # 0  tenant
@@ -85,8 +85,8 @@ def test_save_and_load_keep_the_term_frequencies(tmp_path):
 
 
 def test_an_index_saved_without_term_frequencies_is_rebuilt_by_the_tool_index(tmp_path, catalog, encoder):
-    from retrieval.eligibility import Eligibility
-    from retrieval.index import ToolIndex
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.index.embedded import ToolIndex
 
     built = ToolIndex.build(catalog, encoder=encoder)
     built.save(tmp_path / "idx")
@@ -102,9 +102,9 @@ def test_an_index_saved_without_term_frequencies_is_rebuilt_by_the_tool_index(tm
 
 def test_tool_index_bm25_scores_ignore_hidden_servers(catalog, encoder):
     """Through ToolIndex.retrieve: adding a server the tenant cannot see changes none of its hits."""
-    from retrieval.catalog import Tool
-    from retrieval.eligibility import Eligibility
-    from retrieval.index import ToolIndex
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.catalog.model import Tool
+    from retrieval.index.embedded import ToolIndex
 
     tenant = Eligibility.of(servers=["Elasticsearch", "GitHub"])
     index = ToolIndex.build(catalog, encoder=encoder)

@@ -8,15 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.catalog import (
-    Catalog,
-    CatalogError,
-    Tool,
-    ToolId,
-    load_catalog,
-    load_default_catalog,
-    load_examples,
-)
+from retrieval.catalog.formats import load_catalog, load_default_catalog, load_examples
+from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
 
 
 def write_json(path: Path, data) -> Path:
@@ -384,7 +377,7 @@ def test_loaders_refuse_schemas_that_cannot_round_trip(tmp_path, schema, words):
 
 
 def test_deep_catalog_files_are_a_catalog_error(tmp_path):
-    from retrieval.catalog import MAX_SCHEMA_DEPTH
+    from retrieval.catalog.rules import MAX_SCHEMA_DEPTH
 
     deep = '{"x": ' * (MAX_SCHEMA_DEPTH + 5) + "1" + "}" * (MAX_SCHEMA_DEPTH + 5)
     path = tmp_path / "c.jsonl"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from retrieval.cli import main
-from retrieval.encoder import default_encoder_path
+from retrieval.index.encoder import default_encoder_path
 
 pytestmark = pytest.mark.skipif(not (default_encoder_path() / "model.onnx").exists(),
                                 reason="the ONNX encoder is not in models/")

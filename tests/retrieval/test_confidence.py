@@ -9,16 +9,10 @@ import warnings
 import numpy as np
 import pytest
 
-from retrieval.catalog import ToolId
-from retrieval.confidence import (
-    FEATURES,
-    MISSING_RANK,
-    RETRIEVAL_FEATURES,
-    ConfidenceModel,
-    candidate_features,
-    default_confidence_path,
-)
-from retrieval.hits import Hit
+from retrieval.catalog.model import ToolId
+from retrieval.pipeline.confidence import (FEATURES, MISSING_RANK, RETRIEVAL_FEATURES, ConfidenceModel,
+                                           candidate_features, default_confidence_path)
+from retrieval.index.hits import Hit
 
 # p = sigmoid(logit): the identity calibration
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))
@@ -208,7 +202,7 @@ def test_bm25_over_5th_measures_how_far_a_match_stands_out():
 
 
 def test_list_calibration_refuses_parameters_that_would_reorder_a_list():
-    from retrieval.confidence import ListCalibration
+    from retrieval.pipeline.confidence import ListCalibration
 
     with pytest.raises(ValueError, match="keep each list's order"):
         ListCalibration(a=0.5, b=-0.6)
@@ -221,7 +215,7 @@ def test_list_calibration_refuses_parameters_that_would_reorder_a_list():
 
 
 def test_list_calibration_lifts_only_the_best_and_keeps_the_order():
-    from retrieval.confidence import ListCalibration
+    from retrieval.pipeline.confidence import ListCalibration
 
     s = np.array([-1.0, 2.0, 0.5, 2.0 - 1e-9])
     out = ListCalibration(a=1.0, b=0.5, c=0.7, d=-0.2).apply(s)

@@ -9,12 +9,14 @@ import sys
 
 import pytest
 
-from retrieval import default_index
-from retrieval.catalog import CatalogError, Tool, ToolId, load_catalog, read_catalog
-from retrieval.confidence import ConfidenceModel
-from retrieval.index import ToolIndex
-from retrieval.pipeline import Pipeline, Policy, load_pipeline
-from retrieval.tokens import TokenCounter
+from retrieval.catalog.formats import load_catalog, read_catalog
+from retrieval.catalog.model import CatalogError, Tool, ToolId
+from retrieval.index import default as default_index
+from retrieval.index.embedded import ToolIndex
+from retrieval.pipeline.confidence import ConfidenceModel
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.flow import Pipeline, load_pipeline
+from retrieval.pipeline.tokens import TokenCounter
 
 from fakes import FakeScorer, tiny_catalog
 

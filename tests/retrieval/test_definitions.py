@@ -2,17 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.catalog import Tool, ToolId, load_default_catalog
-from retrieval.definitions import (
-    NAME_RE,
-    DefinitionSet,
-    build_definitions,
-    definition,
-    function_name,
-    to_anthropic,
-    to_mcp,
-    to_openai,
-)
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import Tool, ToolId
+from retrieval.pipeline.definitions import (NAME_RE, DefinitionSet, build_definitions, definition, function_name,
+                                            to_anthropic, to_mcp, to_openai)
 
 SCHEMA = {"type": "object", "properties": {"dag_id": {"type": "string"}}, "required": ["dag_id"]}
 DAGS = Tool("Airflow", "List DAGs", "List all DAGs.", SCHEMA)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.catalog import ToolId
-from retrieval.eligibility import Eligibility
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import ToolId
 
 
 def test_unrestricted_allows_everything():

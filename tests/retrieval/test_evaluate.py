@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from retrieval.catalog import CatalogError, ToolId
-from retrieval.evaluate import Query, draw_organisation, evaluate, format_report, load_queries
+from retrieval.catalog.model import CatalogError, ToolId
+from retrieval.evaluation.harness import Query, draw_organisation, evaluate, format_report, load_queries
 
 # Ranks of each target per stage on the tiny catalog with the hash encoder:
 #                                               bm25  dense  hybrid

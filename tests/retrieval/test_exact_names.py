@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.catalog import ToolId, load_default_catalog
-from retrieval.eligibility import Eligibility
-from retrieval.exact_names import ExactNameMatcher, is_identifier_like
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import ToolId
+from retrieval.shortcuts.exact_names import ExactNameMatcher, is_identifier_like
 
 TOOLS = [
     ToolId("Elasticsearch", "get_shards"),

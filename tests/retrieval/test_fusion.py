@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from retrieval.fusion import FusionConfig, reciprocal_rank_fusion
+from retrieval.index.fusion import FusionConfig, reciprocal_rank_fusion
 
 
 def test_rrf_scores_and_order():

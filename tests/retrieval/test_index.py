@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from fakes import HashEncoder, tiny_catalog
-from retrieval.catalog import Catalog, CatalogError, Tool, ToolId
-from retrieval.eligibility import Eligibility
-from retrieval.fusion import FusionConfig
-from retrieval.index import FORMAT_VERSION, IndexLoadError, IndexSaveError, ToolIndex
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
+from retrieval.index.embedded import FORMAT_VERSION, IndexLoadError, IndexSaveError, ToolIndex
+from retrieval.index.fusion import FusionConfig
 
 QUERIES = [
     "shard allocation of an index",
@@ -343,7 +343,7 @@ def test_build_embeds_every_passage_once(index_with_examples, encoder):
 
 
 def test_a_tool_vector_is_the_centroid_of_its_passages(index_with_examples):
-    from retrieval.text import tool_passages
+    from retrieval.index.text import tool_passages
 
     idx = index_with_examples
     for tid in (ToolId("Slack", "post_message"), ToolId("GitHub", "create_issue")):

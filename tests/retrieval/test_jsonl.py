@@ -51,7 +51,7 @@ def test_bad_lines_name_the_file_and_line(tmp_path):
 
 
 def test_queries_files_read_the_same_way(tmp_path):
-    from retrieval.evaluate import load_queries
+    from retrieval.evaluation.harness import load_queries
 
     path = tmp_path / "q.jsonl"
     path.write_text(json.dumps({"id": "1", "query": "find\u2028it", "server": "S", "tool": "t"}, ensure_ascii=False)

@@ -9,13 +9,14 @@ import math
 
 import pytest
 
-from retrieval.catalog import Tool, ToolId
-from retrieval.confidence import ConfidenceModel, candidate_features, combiner_file
-from retrieval.eligibility import Eligibility
-from retrieval.hits import Hit
-from retrieval.index import ToolIndex
-from retrieval.pipeline import Pipeline, Policy
-from retrieval.serialize import result_to_dict
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Tool, ToolId
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.hits import Hit
+from retrieval.pipeline.confidence import ConfidenceModel, candidate_features, combiner_file
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.flow import Pipeline
+from retrieval.pipeline.serialize import result_to_dict
 
 from fakes import FakeScorer, logit, tiny_catalog
 

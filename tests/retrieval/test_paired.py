@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from retrieval.paired import mcnemar_exact, paired_top1
+from retrieval.evaluation.paired import mcnemar_exact, paired_top1
 
 
 def test_no_disagreement_is_no_evidence():

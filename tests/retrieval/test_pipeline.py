@@ -11,17 +11,18 @@ import math
 
 import pytest
 
-from retrieval.always_available import AlwaysAvailable, AlwaysAvailableRule
-from retrieval.bm25 import tokenize
-from retrieval.catalog import Catalog, Tool, ToolId
-from retrieval.confidence import ConfidenceModel
-from retrieval.definitions import NAME_RE, function_name
-from retrieval.eligibility import Eligibility
-from retrieval.index import ToolIndex
-from retrieval.pipeline import Pipeline, Policy
-from retrieval.serialize import result_to_dict, tool_to_dict
-from retrieval.text import tool_document
-from retrieval.tokens import TokenCounter
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.index.bm25 import tokenize
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.text import tool_document
+from retrieval.pipeline.confidence import ConfidenceModel
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.definitions import NAME_RE, function_name
+from retrieval.pipeline.flow import Pipeline
+from retrieval.pipeline.serialize import result_to_dict, tool_to_dict
+from retrieval.pipeline.tokens import TokenCounter
+from retrieval.shortcuts.always_available import AlwaysAvailable, AlwaysAvailableRule
 
 from fakes import FakeScorer, HashEncoder, logit, tiny_catalog  # tests/ is on sys.path (tests/conftest.py)
 

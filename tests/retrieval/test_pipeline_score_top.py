@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from retrieval.confidence import ConfidenceModel
-from retrieval.pipeline import Pipeline, Policy
+from retrieval.pipeline.confidence import ConfidenceModel
+from retrieval.pipeline.decision import Policy
+from retrieval.pipeline.flow import Pipeline
 
 LOGIT = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))   # p = sigmoid(logit)
 REQUEST = "shard allocation status of an index"                     # names no server and no tool

@@ -16,15 +16,18 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from qdrant_client import models
 
 from fakes import HashEncoder, tiny_catalog
-from retrieval.bm25 import BM25Index, tokenize
-from retrieval.catalog import Catalog, Tool, ToolId
-from retrieval.eligibility import Eligibility
-from retrieval.index import IndexLoadError, IndexSaveError, ToolIndex
-from retrieval.qdrant_index import (LIVE, LOCK_ID, PUBLIC, QdrantCollection, QdrantConfig, QdrantLockTimeout,
-                                    QdrantToolIndex, QdrantUnavailable, models)
-from retrieval.text import tool_document
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.index.bm25 import BM25Index, tokenize
+from retrieval.index.embedded import IndexLoadError, IndexSaveError, ToolIndex
+from retrieval.index.qdrant.collection import QdrantCollection
+from retrieval.index.qdrant.index import QdrantToolIndex
+from retrieval.index.qdrant.schema import LIVE, LOCK_ID, PUBLIC, QdrantConfig, QdrantLockTimeout, QdrantUnavailable
+from retrieval.index.qdrant.state import tool_point
+from retrieval.index.text import tool_document
 
 SERVER = os.environ.get("QDRANT_URL")
 QUERIES = ["list the shards of an index", "post a message to the slack channel", "severe weather alerts",
@@ -146,8 +149,8 @@ def test_hybrid_matches_the_embedded_backend(qdrant):
 
 
 def test_pipeline_and_evaluation_take_the_qdrant_index(qdrant):
-    from retrieval.evaluate import Query, evaluate
-    from retrieval.pipeline import load_pipeline
+    from retrieval.evaluation.harness import Query, evaluate
+    from retrieval.pipeline.flow import load_pipeline
 
     index = qdrant.build()
     pipe = load_pipeline(index, model_dir=False, public_suggestions=False)
@@ -312,7 +315,7 @@ def test_old_versions_are_collected_and_a_far_behind_replica_reloads(qdrant):
 def test_a_crashed_writers_lock_is_taken_over_and_its_leftovers_undone(qdrant):
     index = qdrant.build(lock_lease_s=5.0)
     coll = index.collection
-    ghost = QdrantToolIndex.build.__globals__["_point"](  # a point a crashed writer left at version 2
+    ghost = tool_point(  # a point a crashed writer left at version 2
         Tool("Ghost", "boo", "unpublished"), PUBLIC, 2, 0, np.ones(64, np.float32) / 8, ["boo"], index._head,
         index._state.vocab)[0]
     coll.client.upsert(coll.name, points=[ghost, models.PointStruct(id=LOCK_ID, vector={}, payload={

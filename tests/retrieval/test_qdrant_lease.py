@@ -10,9 +10,11 @@ import uuid
 import pytest
 
 from fakes import HashEncoder, tiny_catalog
-from retrieval.catalog import Tool
-from retrieval.qdrant_index import (HEAD_ID, LOCK_ID, QdrantCollection, QdrantConfig, QdrantToolIndex,
-                                    QdrantWriteConflict, models)
+from retrieval.catalog.model import Tool
+from retrieval.index.qdrant.collection import QdrantCollection
+from retrieval.index.qdrant.index import QdrantToolIndex
+from retrieval.index.qdrant.schema import HEAD_ID, LOCK_ID, QdrantConfig, QdrantWriteConflict
+from qdrant_client import models
 
 
 def build(**config) -> QdrantToolIndex:

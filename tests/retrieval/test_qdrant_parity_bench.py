@@ -4,10 +4,11 @@ difference is counted."""
 from __future__ import annotations
 
 from fakes import HashEncoder, tiny_catalog
-from retrieval.hits import Hit
-from retrieval.index import ToolIndex
-from retrieval.catalog import ToolId
-from retrieval.qdrant_index import QdrantConfig, QdrantToolIndex
+from retrieval.catalog.model import ToolId
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.hits import Hit
+from retrieval.index.qdrant.index import QdrantToolIndex
+from retrieval.index.qdrant.schema import QdrantConfig
 
 
 def test_the_backends_agree_up_to_ties(load_benchmark):

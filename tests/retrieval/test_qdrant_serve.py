@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fakes import HashEncoder, tiny_catalog
-from retrieval.pipeline import Pipeline
-from retrieval.qdrant_index import QdrantToolIndex
+from retrieval.index.qdrant.index import QdrantToolIndex
+from retrieval.pipeline.flow import Pipeline
 from serve.app import create_app
 from serve.settings import Settings
 from serve.tenants import hash_key

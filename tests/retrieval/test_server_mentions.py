@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.catalog import load_default_catalog
-from retrieval.server_mentions import ServerMentionMatcher
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
 
 @pytest.fixture(scope="module")

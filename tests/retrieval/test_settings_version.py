@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from retrieval import version as version_mod
-from retrieval.backends import BackendConfig
-from retrieval.default_index import cache_dir
+from retrieval.index.backends import BackendConfig
+from retrieval.index.default import cache_dir
 from retrieval.settings import RetrievalSettings
 
 
@@ -73,7 +73,8 @@ def test_package_version_comes_from_metadata_or_the_checkout(monkeypatch):
 
 
 def test_saved_index_and_qdrant_share_the_one_version():
-    from retrieval import index, qdrant_index
+    from retrieval.index import embedded as index
+    from retrieval.index.qdrant import index as qdrant_index
 
     assert index.package_version is version_mod.package_version
     assert qdrant_index.package_version is version_mod.package_version

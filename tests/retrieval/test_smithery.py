@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from retrieval.catalog import CatalogError, ToolId
-from retrieval.smithery import load_smithery, read_smithery
+from retrieval.catalog.model import CatalogError, ToolId
+from retrieval.catalog.smithery import load_smithery, read_smithery
 
 
 def server(qualified, display, tools, description="A server"):

@@ -1,4 +1,4 @@
-"""retrieval.stats: the one AUROC, McNemar, ECE and sigmoid, checked against definitions by hand."""
+"""retrieval.evaluation.stats: the one AUROC, McNemar, ECE and sigmoid, checked against definitions by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from itertools import product
 import numpy as np
 import pytest
 
-from retrieval import abstention, confidence, paired, stats
+from retrieval.evaluation import abstention, paired, stats
+from retrieval.pipeline import confidence
 
 
 def test_every_user_shares_the_one_implementation():
@@ -72,7 +73,7 @@ def test_a_missing_evaluation_library_is_named(monkeypatch):
 def test_the_query_path_does_not_load_the_evaluation_libraries():
     import subprocess
 
-    code = ("import sys; import retrieval.pipeline, retrieval.confidence, retrieval.stats; "
+    code = ("import sys; import retrieval.pipeline.flow, retrieval.pipeline.confidence, retrieval.evaluation.stats; "
             "print('sklearn' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

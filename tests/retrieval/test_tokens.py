@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.catalog import Tool, ToolId, load_default_catalog
-from retrieval.definitions import build_definitions, definition, to_mcp
-from retrieval.results import TokenReport
-from retrieval.tokens import TokenCounter, TokenizerUnavailableError, load_encoding
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import Tool, ToolId
+from retrieval.pipeline.definitions import build_definitions, definition, to_mcp
+from retrieval.pipeline.results import TokenReport
+from retrieval.pipeline.tokens import TokenCounter, TokenizerUnavailableError, load_encoding
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Learned examples (retrieval.usage) and the gateway's learning hook (serve.usage.GatewayUsage)."""
+"""Learned examples (retrieval.index.learned) and the gateway's learning hook (serve.usage.GatewayUsage)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 
 from fakes import HashEncoder, tiny_catalog
-from retrieval.catalog import ToolId
-from retrieval.eligibility import Eligibility
-from retrieval.index import ToolIndex
-from retrieval.usage import LearnedExamples, near_duplicate, retrieve_with_learned
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import ToolId
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.learned import LearnedExamples, near_duplicate, retrieve_with_learned
 
 SHARDS = ToolId("Elasticsearch", "get_shards")
 

@@ -20,7 +20,7 @@ PUNCT = [":", "/", "|", ".", ",", "?", "!", "…", "_", "-", "'"]
 
 @dataclass(frozen=True)
 class FakeTool:
-    """Duck-typed stand-in for retrieval.catalog.Tool (scorer must not need retrieval)."""
+    """Duck-typed stand-in for retrieval.catalog.model.Tool (scorer must not need retrieval)."""
 
     server: str
     name: str

@@ -96,7 +96,7 @@ def test_bad_arguments(tool_cls):
 
 
 def test_works_with_catalog_tool():
-    catalog = pytest.importorskip("retrieval.catalog")
+    catalog = pytest.importorskip("retrieval.catalog.model")
     tool = catalog.Tool("Gmail", "send_email", "Send an email.", examples=("mail Ana",))
     assert format_record("r", None, tool, examples=1)[1] == \
         "Candidate tool: Gmail / send_email: Send an email.\nExamples: mail Ana"

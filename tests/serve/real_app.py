@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fastapi.testclient import TestClient  # noqa: E402
 
 from fakes import FakeScorer, HashEncoder, tiny_catalog  # noqa: E402
-from retrieval.index import ToolIndex  # noqa: E402
-from retrieval.pipeline import Pipeline  # noqa: E402
+from retrieval.index.embedded import ToolIndex  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
 from serve.app import create_app  # noqa: E402
 from serve.settings import Settings  # noqa: E402
 from serve_fakes import wait_ready  # noqa: E402

@@ -20,9 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # tests/: testkit.py (also in a uvicorn child)
 
-from retrieval.catalog import Catalog, Tool  # noqa: E402
-from retrieval.hits import Hit  # noqa: E402
-from retrieval.results import ScoredTool, SearchResult, TokenReport  # noqa: E402
+from retrieval.catalog.model import Catalog, Tool  # noqa: E402
+from retrieval.index.hits import Hit  # noqa: E402
+from retrieval.pipeline.results import ScoredTool, SearchResult, TokenReport  # noqa: E402
 from testkit import WAIT_S, tenants_toml, wait_until  # noqa: E402
 
 WORD = re.compile(r"[a-z0-9]+")

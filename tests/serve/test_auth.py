@@ -126,7 +126,7 @@ def test_tenants_file_formats(tmp_path):
 
 
 def test_tenant_policy_can_set_the_fast_operating_point():
-    from retrieval.pipeline import Policy
+    from retrieval.pipeline.decision import Policy
 
     t = Tenants.from_dict(tenant(policy={"score_top": 20})).authenticate("k")
     assert t.policy == {"score_top": 20}

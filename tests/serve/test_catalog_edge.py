@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from real_app import key
-from retrieval.catalog import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
+from retrieval.catalog.rules import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH
 
 
 def nested(depth: int) -> dict:
@@ -22,7 +22,7 @@ def nested(depth: int) -> dict:
 
 
 def test_nested_counts_levels():
-    from retrieval.catalog import check_json
+    from retrieval.catalog.rules import check_json
     assert check_json(nested(1), "s", max_depth=99) == 1 and check_json(nested(7), "s", max_depth=99) == 7
 
 

@@ -79,8 +79,8 @@ def test_no_input_gives_a_5xx(tmp_path):
 def test_no_input_gives_a_5xx_long(tmp_path):
     """With the shipped scorer when it is there (the cross-encoder's tokenizer reads every text)."""
     from fakes import HashEncoder, tiny_catalog
-    from retrieval.index import ToolIndex
-    from retrieval.pipeline import Pipeline
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.pipeline.flow import Pipeline
 
     pipeline = None
     try:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from retrieval.catalog import Tool
+from retrieval.catalog.model import Tool
 from serve.engine import Engine
 from serve.index_store import IndexStore, StoreError
 from serve_fakes import FakeIndex, FakePipeline, auth, demo_catalog

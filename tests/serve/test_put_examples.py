@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-import retrieval.index_examples as ix
+import retrieval.index.examples as ix
 from real_app import key
 from training.llm import EndpointError
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("retrieval.pipeline")
-pytest.importorskip("retrieval.index")
+pytest.importorskip("retrieval.pipeline.flow")
+pytest.importorskip("retrieval.index.embedded")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
@@ -32,9 +32,9 @@ TENANTS = tenants_toml(
 def real_pipeline():
     if not CATALOG.exists():
         pytest.skip("tiny catalog mcp_tools_5.json not available")
-    from retrieval.catalog import load_catalog
-    from retrieval.index import ToolIndex
-    from retrieval.pipeline import Pipeline
+    from retrieval.catalog.formats import load_catalog
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.pipeline.flow import Pipeline
 
     return Pipeline(ToolIndex.build(load_catalog(CATALOG)))
 
@@ -145,7 +145,7 @@ def test_score_with_the_shipped_scorer(real_pipeline, tmp_path):
     default = getattr(scorer_pkg, "default_model_path", None)
     if default is None or not (Path(default()) / "model.onnx").exists():
         pytest.skip("no shipped scorer model")
-    from retrieval.pipeline import Pipeline
+    from retrieval.pipeline.flow import Pipeline
 
     pipeline = Pipeline(real_pipeline.index, scorer_pkg.Scorer.load(default()))
     (tmp_path / "t.toml").write_text(TENANTS)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 from fakes import FakeScorer, HashEncoder, tiny_catalog
-from retrieval.index import ToolIndex
+from retrieval.index.embedded import ToolIndex
 from serve import loading
 from serve.settings import Settings
 
 
 def test_the_public_index_is_built_in_the_background(monkeypatch, tmp_path):
-    import retrieval.default_index as default_index
+    import retrieval.index.default as default_index
 
     gate, built = threading.Event(), []
     public = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())

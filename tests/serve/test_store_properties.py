@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from fakes import HashEncoder
 from real_app import key, real_client
-from retrieval.catalog import MAX_SCHEMA_DEPTH
-from retrieval.index import ToolIndex
+from retrieval.catalog.rules import MAX_SCHEMA_DEPTH
+from retrieval.index.embedded import ToolIndex
 
 # Text with the characters that broke the store, controls, bidi overrides, look-alikes and
 # (sometimes) lone surrogates, which must be refused.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrieval.catalog import ToolId
-from retrieval.confidence import RETRIEVAL_FEATURES, ConfidenceModel
-from retrieval.evaluate import Query
+from retrieval.catalog.model import ToolId
+from retrieval.evaluation.harness import Query
+from retrieval.pipeline.confidence import RETRIEVAL_FEATURES, ConfidenceModel
 from training.calibrate import abstain_eligibility, collect, fit_confidence
 
 SHARDS = ToolId("Elasticsearch", "get_shards")

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from retrieval.catalog import Catalog, Tool, ToolId
+from retrieval.catalog.model import Catalog, Tool, ToolId
 from training import dataset
 
 

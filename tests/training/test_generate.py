@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.catalog import Tool, ToolId, load_catalog
+from retrieval.catalog.formats import load_catalog
+from retrieval.catalog.model import Tool, ToolId
 from training import generate
 from training.judge import (
     LlamaCppJudge,
@@ -215,7 +216,7 @@ def test_default_candidates_come_from_tool_index(llm, tiny_catalog, questions_fi
         def retrieve(self, query, k=100):
             return [types.SimpleNamespace(tool_id=ToolId("Mail", "list_inbox"))][:k]
 
-    monkeypatch.setitem(sys.modules, "retrieval.index", types.SimpleNamespace(ToolIndex=FakeIndex))
+    monkeypatch.setitem(sys.modules, "retrieval.index.embedded", types.SimpleNamespace(ToolIndex=FakeIndex))
     out = tmp_path / "judgments.jsonl"
     assert generate.main(["judgments", "--catalog", str(tiny_catalog), "--questions", str(questions_file),
                           "--out", str(out), *endpoint(llm)]) == 0
@@ -226,7 +227,7 @@ def test_default_candidates_come_from_tool_index(llm, tiny_catalog, questions_fi
 
 def test_no_candidates_and_no_index_is_a_clear_error(llm, tiny_catalog, questions_file, tmp_path,
                                                      monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "retrieval.index", None)
+    monkeypatch.setitem(sys.modules, "retrieval.index.embedded", None)
     rc = generate.main(["judgments", "--catalog", str(tiny_catalog), "--questions", str(questions_file),
                         "--out", str(tmp_path / "j.jsonl"), *endpoint(llm)])
     assert rc == 2 and "--candidates FILE" in capsys.readouterr().err

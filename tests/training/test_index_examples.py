@@ -1,4 +1,4 @@
-"""Example requests written at index time (retrieval.index_examples, `toolrank index --write-examples`),
+"""Example requests written at index time (retrieval.index.examples, `toolrank index --write-examples`),
 against the loopback fake endpoint of conftest.py."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from retrieval.catalog import Catalog, Tool, load_catalog
-from retrieval.index_examples import load_cache, plan_examples, write_examples
+from retrieval.catalog.formats import load_catalog
+from retrieval.catalog.model import Catalog, Tool
+from retrieval.index.examples import load_cache, plan_examples, write_examples
 from training.llm import ChatClient, LLMConfig
 
 
@@ -89,7 +90,7 @@ def test_dry_run_estimates_tokens_and_sends_nothing(llm, tiny_catalog, tmp_path,
 
 def test_cli_indexes_with_written_examples(llm, tiny_catalog, tmp_path, monkeypatch, capsys):
     from retrieval.cli import main
-    from retrieval.index import ToolIndex
+    from retrieval.index.embedded import ToolIndex
 
     monkeypatch.setenv("TOOLRANK_LLM_BASE_URL", llm.url)
     monkeypatch.setenv("TOOLRANK_LLM_MODEL", llm.model)

@@ -7,9 +7,9 @@ from collections import Counter, defaultdict
 import pytest
 
 from fakes import HashEncoder  # tests/ is on sys.path (tests/conftest.py)
-from retrieval.catalog import Catalog, Tool, ToolId
-from retrieval.eligibility import Eligibility
-from retrieval.index import ToolIndex
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.index.embedded import ToolIndex
 from training.pairs import Pair, PairConfig, build_pairs, data_hash
 
 SPLIT = {"Elasticsearch": "train", "GitHub": "train", "Slack": "train", "Weather": "dev"}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from retrieval.catalog import ToolId, load_default_catalog
+from retrieval.catalog.formats import load_default_catalog
+from retrieval.catalog.model import ToolId
 from training.pairs import DATA_DIR, load_split
 
 

@@ -53,7 +53,7 @@ def test_cross_encoder_trains_exports_and_loads(tmp_path, monkeypatch):
 
 
 def test_dense_encoder_trains_exports_and_embeds(tmp_path):
-    from retrieval.encoder import OnnxEncoder
+    from retrieval.index.encoder import OnnxEncoder
     from training.export_encoder import export_encoder
     from training.train_encoder import main
 
@@ -77,7 +77,7 @@ def test_pairs_cache_is_keyed_by_its_inputs(tmp_path, monkeypatch):
     assert train.pairs_cache(path, example_anchors=0, seed=13) == [{"qid": "x"}]   # same inputs: reused
     mined = []
     monkeypatch.setattr("training.pairs.build_pairs", lambda *a, **k: mined.append(1) or [])
-    monkeypatch.setattr("retrieval.index.ToolIndex.build", classmethod(lambda cls, *a, **k: None))
+    monkeypatch.setattr("retrieval.index.embedded.ToolIndex.build", classmethod(lambda cls, *a, **k: None))
     assert train.pairs_cache(path, example_anchors=0, seed=14, show_progress=False) == []  # other seed: re-mined
     assert mined == [1]
     assert (tmp_path / "pairs.jsonl.key").read_text() == train._pairs_key(0, 14)

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal, get_args
 
-from .catalog import Tool, ToolId
+from retrieval.catalog.model import Tool, ToolId
 
 __all__ = [
     "Format",

@@ -16,7 +16,8 @@ import logging
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
-from .catalog import Catalog, CatalogError, Tool, load_default_catalog, tools_from_mcp_list
+from .formats import load_default_catalog, tools_from_mcp_list
+from .model import Catalog, CatalogError, Tool
 
 __all__ = ["SmitheryLoad", "read_smithery", "load_smithery"]
 
@@ -57,7 +58,7 @@ def read_smithery(directory: str | Path, *, reserved: Iterable[str] | None = Non
     Args:
         directory: the folder of per-server registry files.
         reserved: server names already in use; ``None`` means the shipped MCP-Zero catalog's,
-            so the result can be merged with :func:`~retrieval.catalog.load_default_catalog`.
+            so the result can be merged with :func:`~retrieval.catalog.formats.load_default_catalog`.
 
     Raises:
         CatalogError: the folder is missing or empty, or a file is not valid JSON or malformed.

@@ -34,15 +34,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import TYPE_CHECKING, Collection, Sequence
 
 import numpy as np
 
-from .hits import Hit
-from .stats import sigmoid
+from retrieval.catalog.model import Tool
+from retrieval.index.hits import Hit
+from scorer.calibration import sigmoid
+
+if TYPE_CHECKING:
+    from scorer import Scorer
 
 __all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration", "candidate_features", "combiner_file",
-           "default_confidence_path"]
+           "default_confidence_path", "first_logits"]
 
 MISSING_RANK = 201.0  # a candidate absent from one list sits just past its depth
 RETRIEVAL_FEATURES = ("log_fused_rank", "log_bm25_rank", "log_dense_rank", "dense_score", "dense_gap",
@@ -204,6 +208,18 @@ class ConfidenceModel:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
 
+
+def first_logits(scorer: "Scorer", request: str, need: str | None, tools: Sequence[Tool],
+                 score_top: int | None) -> np.ndarray:
+    """The logits the confidence model reads for ranked ``tools``: the scorer's for the first
+    ``score_top`` (all when None), the lowest of those for the rest, so an unscored tool ranks below
+    every scored one with the same retrieval evidence."""
+    n = len(tools) if score_top is None else min(score_top, len(tools))
+    scored = np.asarray(scorer.logits(request, need, list(tools[:n])), dtype=np.float64)
+    logits = np.full(len(tools), scored.min() if len(scored) else 0.0)
+    logits[:n] = scored
+    return logits
+
 def combiner_file(with_examples: bool = True) -> str:
     """File name of a confidence model fitted for an index with (or without) example requests.
 
@@ -216,4 +232,4 @@ def combiner_file(with_examples: bool = True) -> str:
 def default_confidence_path(with_examples: bool = True) -> Path:
     """Retrieval-only confidence, fitted on dev; used when no scorer model is loaded."""
     name = "retrieval_confidence.json" if with_examples else "retrieval_confidence-noex.json"
-    return Path(__file__).parent / "data" / name
+    return Path(__file__).parent.parent / "data" / name

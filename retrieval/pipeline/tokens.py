@@ -17,7 +17,7 @@ import json
 import logging
 from typing import Any, Iterable
 
-from .catalog import Tool, ToolId
+from retrieval.catalog.model import Tool, ToolId
 from .definitions import Format, definition
 from .results import TokenReport
 
@@ -157,7 +157,7 @@ class TokenCounter:
         """Tokens of the selected definitions against those of the whole (eligible) catalog.
 
         Each iterable holds definition dicts or ``(tool_id, definition)`` pairs (the pairs
-        are cached per tool id; a :class:`~retrieval.definitions.DefinitionSet` works as is).
+        are cached per tool id; a :class:`~retrieval.pipeline.definitions.DefinitionSet` works as is).
         """
         return TokenReport(self._count_items(selected_defs), self._count_items(catalog_defs), self.encoding)
 

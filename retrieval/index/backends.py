@@ -1,7 +1,7 @@
 """Choosing the index backend: the embedded one (bm25s + FAISS in each process, the default) or
 Qdrant (one shared collection; replicas hold no index).
 
-Both give a :class:`~retrieval.index.ToolIndex`; the pipeline, evaluation, the CLI and the
+Both give a :class:`~retrieval.index.embedded.ToolIndex`; the pipeline, evaluation, the CLI and the
 service never ask which. The choice is configuration: ``--backend qdrant --qdrant-url URL
 [--qdrant-api-key KEY] [--collection NAME]`` (or ``--qdrant-path DIR`` for an embedded Qdrant
 in one process), or the same as ``TOOLRANK_BACKEND``, ``TOOLRANK_QDRANT_URL``,
@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 if TYPE_CHECKING:
-    from .index import ToolIndex
-    from .qdrant_index import QdrantConfig, QdrantToolIndex
+    from retrieval.index.qdrant.index import QdrantToolIndex
+    from retrieval.index.qdrant.schema import QdrantConfig
+    from .embedded import ToolIndex
 
 __all__ = ["BACKENDS", "BackendConfig", "qdrant_index"]
 
@@ -51,7 +52,7 @@ class BackendConfig:
     def from_env(cls, **overrides: Any) -> "BackendConfig":
         """The ``TOOLRANK_*`` settings (:class:`retrieval.settings.RetrievalSettings`), with
         ``overrides`` (None values ignored) on top."""
-        from .settings import RetrievalSettings
+        from retrieval.settings import RetrievalSettings
 
         env = RetrievalSettings()
         values: dict[str, Any] = {
@@ -68,7 +69,7 @@ class BackendConfig:
         Raises:
             ValueError: neither or both of a URL and a path.
         """
-        from .qdrant_index import QdrantConfig
+        from retrieval.index.qdrant.schema import QdrantConfig
 
         if (self.qdrant_url is None) == (self.qdrant_path is None):
             raise ValueError("--backend qdrant needs --qdrant-url URL (a server, e.g. http://localhost:6333) or "
@@ -92,8 +93,9 @@ def qdrant_index(config: "QdrantConfig", *, seed: Callable[[], "ToolIndex"] | No
         QdrantUnavailable: Qdrant cannot be reached.
         IndexLoadError: the collection is empty and there is no seed, or it does not match.
     """
-    from .index import IndexLoadError
-    from .qdrant_index import QdrantCollection, QdrantToolIndex
+    from retrieval.index.qdrant.collection import QdrantCollection
+    from retrieval.index.qdrant.index import QdrantToolIndex
+    from .embedded import IndexLoadError
 
     coll = QdrantCollection.connect(config)
     if coll.head() is None and seed is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .catalog import ToolId
+from retrieval.catalog.model import ToolId
 
 __all__ = ["Hit"]
 

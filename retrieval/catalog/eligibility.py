@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from .catalog import ToolId
+from .model import ToolId
 
 __all__ = ["Eligibility"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .catalog import Tool
+from retrieval.catalog.model import Tool
 
 __all__ = ["split_identifier", "server_segments", "tool_document", "tool_passages"]
 

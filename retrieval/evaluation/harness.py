@@ -10,11 +10,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .catalog import CatalogError, ToolId
-from .eligibility import Eligibility
-from .hits import Hit
-from .index import ToolIndex
-from .jsonl import read_jsonl
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import CatalogError, ToolId
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.hits import Hit
+from retrieval.jsonl import read_jsonl
 from .paired import paired_top1
 
 __all__ = ["Query", "load_queries", "evaluate", "format_report", "STAGES", "draw_organisation"]

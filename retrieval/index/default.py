@@ -13,9 +13,9 @@ import logging
 from functools import lru_cache
 from pathlib import Path
 
-from .catalog import default_catalog_path, default_examples_path, load_default_catalog
+from retrieval.catalog.formats import default_catalog_path, default_examples_path, load_default_catalog
+from .embedded import IndexLoadError, ToolIndex
 from .encoder import default_encoder_path
-from .index import IndexLoadError, ToolIndex
 
 __all__ = ["cache_dir", "default_index_path", "load_or_build_default", "public_index"]
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def cache_dir() -> Path:
     """``$TOOLRANK_CACHE`` or ``~/.cache/toolrank`` (:class:`retrieval.settings.RetrievalSettings`)."""
-    from .settings import RetrievalSettings
+    from retrieval.settings import RetrievalSettings
 
     return RetrievalSettings().cache_dir()
 

@@ -21,8 +21,8 @@ import logging
 import re
 from typing import Iterable
 
-from .catalog import ToolId
-from .eligibility import Eligibility
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import ToolId
 
 __all__ = ["ExactNameMatcher", "is_identifier_like"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .catalog import ToolId
+from retrieval.catalog.model import ToolId
 
 __all__ = ["Decision", "Source", "ScoredTool", "TokenReport", "SearchResult"]
 

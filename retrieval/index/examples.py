@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .catalog import Catalog, Tool, ToolId
-from .jsonl import read_jsonl
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.jsonl import read_jsonl
 
 __all__ = ["ExamplePlan", "ExampleOutcome", "bare_hash", "load_cache", "plan_examples", "write_examples",
            "OUTPUT_TOKENS_PER_EXAMPLE"]
@@ -78,7 +78,7 @@ def plan_examples(catalog: Catalog, cache: str | Path, *, n: int = 5) -> Example
     """Which tools of ``catalog`` need example requests written (no request is sent)."""
     from training.prompting import example_messages
 
-    from .tokens import TokenCounter
+    from retrieval.pipeline.tokens import TokenCounter
 
     rows = load_cache(cache)
     todo, cached, own = [], {}, 0

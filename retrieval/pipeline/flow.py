@@ -4,6 +4,10 @@
     pipe = load_pipeline()                       # shipped catalog index + shipped scorer
     result = pipe.search("list shard allocation for an index")
     result.decision, [(t.tool_id, t.probability) for t in result.tools]
+
+:meth:`Pipeline.search` is a short flow over named steps: input checks, the request resolved
+(policy, eligibility, attempt, one catalog snapshot), shortcuts, retrieval, scoring, confidence,
+the decision (pure functions, :mod:`.decision`) and the output.
 """
 
 from __future__ import annotations
@@ -11,87 +15,83 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 
-from .always_available import AlwaysAvailable
-from .bm25 import tokenize
-from .catalog import Catalog, Tool, ToolId
-from .confidence import ConfidenceModel, combiner_file, default_confidence_path
-from .definitions import build_definitions
-from .eligibility import Eligibility
-from .exact_names import ExactNameMatcher
-from .hits import Hit
-from .index import ToolIndex
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.hits import Hit
+from retrieval.shortcuts.always_available import AlwaysAvailable
+from retrieval.shortcuts.exact_names import ExactNameMatcher
+from retrieval.shortcuts.server_mentions import ServerMentionMatcher
+
+from .confidence import ConfidenceModel, combiner_file, default_confidence_path, first_logits
+from .decision import Decided, Policy, decide_search, message
+from .definitions import FORMATS, Format, build_definitions
+from .explain import explanation, query_terms
 from .results import ScoredTool, SearchResult, TokenReport
-from .server_mentions import ServerMentionMatcher
-from .text import tool_document
 from .tokens import TokenCounter
 
 if TYPE_CHECKING:
     from scorer import Scorer
 
-__all__ = ["Policy", "Pipeline", "load_pipeline"]
+__all__ = ["Policy", "Pipeline", "load_pipeline", "check_search"]
 
 log = logging.getLogger(__name__)
-Format = Literal["mcp", "openai", "anthropic"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Policy:
-    """Decision thresholds; per deployment, overridable per tenant.
+def check_search(request: Any, k: int | None, fmt: str) -> None:
+    """The first step of a search: its arguments.
 
-    Defaults were chosen on dev questions (README, "Decision thresholds"): ``proceed``
-    when the best calibrated probability reaches ``proceed_threshold``; otherwise
-    ``search_again`` once, then ``no_fit``.
+    Raises:
+        ValueError: empty request, k < 1, unknown format.
     """
-
-    proceed_threshold: float = 0.85   # chosen on dev for 0.3.0 (Youden J against written no-fit requests)
-    floor: float = 0.05                 # tools below this join only to reach min_results
-    min_results: int = 5
-    max_results: int = 10
-    candidates: int = 100               # retrieved per request
-    # Cross-encoder scores only the first N fused candidates (None: all). The rest take the
-    # lowest scored logit, so they rank below every scored one with the same retrieval
-    # evidence. 20 is the shipped operating point (docs/results.md, "Speed"): the hybrid's
-    # first 20 hold the right tool for ~97% of test questions with examples indexed.
-    score_top: int | None = 20
-    exact_name_confidence: float = 0.9
-    suggestions: int = 3                # public servers named on no_fit
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.floor <= 1.0 or not 0.0 <= self.proceed_threshold <= 1.0:
-            raise ValueError(f"thresholds must lie in [0, 1]: floor={self.floor}, proceed_threshold={self.proceed_threshold}")
-        for name in ("exact_name_confidence",):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} is a probability and must lie in [0, 1], got {getattr(self, name)}")
-        if self.suggestions < 0:
-            raise ValueError(f"suggestions must be 0 or more (0 turns them off), got {self.suggestions}")
-        if not 1 <= self.min_results <= self.max_results:
-            raise ValueError(f"need 1 <= min_results <= max_results, got {self.min_results} and {self.max_results}")
-        if not 1 <= self.candidates <= 1000:
-            raise ValueError(f"candidates must be 1..1000, got {self.candidates}")
-        if self.score_top is not None and self.score_top < 1:
-            raise ValueError(f"score_top must be None (score all) or at least 1, got {self.score_top}")
-
-    def with_overrides(self, **overrides: Any) -> "Policy":
-        """A copy with the given fields changed (unknown names raise TypeError)."""
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+    if not isinstance(request, str) or not request.strip():
+        raise ValueError("request must be a non-empty string")
+    if k is not None and k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: use mcp, openai or anthropic")
 
 
-def first_logits(scorer: "Scorer", request: str, need: str | None, tools: Sequence[Tool],
-                 score_top: int | None) -> np.ndarray:
-    """The logits the confidence model reads for ranked ``tools``: the scorer's for the first
-    ``score_top`` (all when None), the lowest of those for the rest, so an unscored tool ranks below
-    every scored one with the same retrieval evidence."""
-    n = len(tools) if score_top is None else min(score_top, len(tools))
-    scored = np.asarray(scorer.logits(request, need, list(tools[:n])), dtype=np.float64)
-    logits = np.full(len(tools), scored.min() if len(scored) else 0.0)
-    logits[:n] = scored
-    return logits
+@dataclass(frozen=True)
+class _Request:
+    """One search, resolved: what was asked, under which policy and eligibility, at which attempt,
+    against one snapshot of the catalog (a concurrent upsert replaces the index's catalog, and
+    reading it again later could miss a tool this request holds)."""
+
+    text: str
+    need: str | None
+    eligible: Eligibility
+    policy: Policy
+    attempt: int                       # 1, or 2 after search_again
+    max_results: int
+    fmt: Format
+    explain: bool
+    learned: Any
+    version: int
+    catalog: Catalog
+    mentions: ServerMentionMatcher     # eligible servers
+    exact_names: ExactNameMatcher      # eligible tools
+    registry_names: ServerMentionMatcher   # eligible servers and the public registry's
+
+
+@dataclass(frozen=True)
+class _Shortcuts:
+    """What the request says outright, on the eligible catalog only (an ineligible server or tool
+    behaves exactly like one that does not exist)."""
+
+    always: list[ToolId]               # always-available tools whose keywords it contains
+    mentioned: list[str]               # eligible servers it names explicitly: the search is restricted to them
+    search_eligible: Eligibility
+    exact: list[ToolId]                # tools it names exactly
+    named: list[str]                   # servers it names explicitly, eligible or public: evidence
+    casual: list[str]                  # "send a slack msg": evidence, not a restriction
+    absent: list[str]                  # named but not connected: public registry servers only
 
 
 class Pipeline:
@@ -222,9 +222,23 @@ class Pipeline:
         if not hits:
             return np.zeros(0)
         catalog = catalog if catalog is not None else self.index.catalog
-        logits = None
-        if self.confidence.uses_logit:
-            logits = first_logits(self.scorer, request, need, [catalog[h.tool_id] for h in hits], score_top)
+        logits = self._logits(request, need, hits, score_top, catalog)
+        return self._calibrated(hits, logits, named, mentioned, catalog, learned)
+
+    def _logits(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
+                catalog: Catalog) -> np.ndarray | None:
+        """The cross-encoder's logits for the first ``score_top`` hits, or None when the confidence
+        model does not read them (retrieval-only) or there is nothing to score."""
+        if not hits or not self.confidence.uses_logit:
+            return None
+        return first_logits(self.scorer, request, need, [catalog[h.tool_id] for h in hits], score_top)
+
+    def _calibrated(self, hits: Sequence[Hit], logits: np.ndarray | None, named: Sequence[str],
+                    mentioned: Sequence[str], catalog: Catalog, learned: Any = None) -> np.ndarray:
+        """Calibrated probabilities: the confidence model for this kind of index, and the one fitted
+        without examples for the tools that have none (shipped or learned)."""
+        if not hits:
+            return np.zeros(0)
         p = self.confidence.probabilities(hits, logits, named, mentioned)
         noex = self.confidence_noex
         if noex is not None and (logits is not None or not noex.uses_logit):
@@ -275,111 +289,90 @@ class Pipeline:
             fmt: definition format: "mcp", "openai" or "anthropic".
             policy: thresholds for this call (e.g. the tenant's), else the pipeline's.
             learned: the tenant's example requests learned from use
-                (:class:`~retrieval.usage.LearnedExamples`); they change this search only.
+                (:class:`~retrieval.index.learned.LearnedExamples`); they change this search only.
         Raises:
             ValueError: empty request, k < 1, unknown format.
         """
         t0 = time.perf_counter()
-        if not isinstance(request, str) or not request.strip():
-            raise ValueError("request must be a non-empty string")
-        if k is not None and k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        if fmt not in ("mcp", "openai", "anthropic"):
-            raise ValueError(f"unknown format {fmt!r}: use mcp, openai or anthropic")
+        check_search(request, k, fmt)
+        req = self._resolve(request, need, eligible, previous, k, fmt, policy, explain, learned)
+        found = self._shortcuts(req)
+        hits = self._retrieve(req, found)
+        logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
+        probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned)
+        decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
+                                attempt=req.attempt, policy=req.policy, max_results=req.max_results)
+        result = self._output(req, found, hits, decided)
+        log.debug("search: %s best=%.3f attempt=%d in %.1f ms", result.decision, decided.best, req.attempt,
+                  (time.perf_counter() - t0) * 1e3)
+        return result
+
+    # ------------------------------------------------------------------ the steps of a search
+
+    def _resolve(self, request: str, need: str | None, eligible: Eligibility | None, previous: Any,
+                 k: int | None, fmt: Format, policy: Policy | None, explain: bool, learned: Any) -> _Request:
+        """The policy and eligibility of this call, the attempt, the name matchers over what is
+        eligible, and one snapshot of the catalog for the whole request."""
         policy = policy or self.policy
         eligible = eligible or Eligibility()
         attempt = 1 if previous is None else min(int(getattr(previous, "attempt", 1)) + 1, 2)
-        max_results = k or policy.max_results
         mentions, exact_names, registry_names = self._matchers(eligible)
-        # One snapshot of the catalog for the whole request: a concurrent upsert replaces the
-        # index's catalog, and reading it again later could miss a tool this request holds.
         version, catalog = self.index.snapshot()
+        return _Request(request, need, eligible, policy, attempt, k or policy.max_results, fmt, explain, learned,
+                        version, catalog, mentions, exact_names, registry_names)
 
-        # Shortcuts. Each matches the eligible catalog only: an ineligible server or tool
-        # behaves exactly like one that does not exist.
-        always = [t for t in self.always_available.match(request, eligible) if t in catalog]
-        mentioned = [s for s in mentions.find(request) if eligible.allows_server(s)]
+    def _shortcuts(self, req: _Request) -> _Shortcuts:
+        """Always-available tools, servers named explicitly (they restrict the search), tools named
+        exactly, and the servers the request names at all (evidence for the confidence model)."""
+        eligible, catalog = req.eligible, req.catalog
+        always = [t for t in self.always_available.match(req.text, eligible) if t in catalog]
+        mentioned = [s for s in req.mentions.find(req.text) if eligible.allows_server(s)]
         search_eligible = eligible.narrowed_to(mentioned) if mentioned else eligible
-        exact = [t for t in exact_names.find(request, eligible) if t in catalog]
-
-        # retrieval may already see a newer version: keep only the tools this snapshot has
-        if learned:
-            from .usage import retrieve_with_learned
-            hits = retrieve_with_learned(self.index, learned, request, need, search_eligible, k=policy.candidates)
-        else:
-            hits = self.index.retrieve(request, need, search_eligible, k=policy.candidates)
-        hits = [h for h in hits if h.tool_id in catalog]
-        row_of = {h.tool_id: i for i, h in enumerate(hits)}
-        for tid in exact:  # a tool named exactly is always scored, even if retrieval missed it
-            if tid not in row_of:
-                row_of[tid] = len(hits)
-                hits.append(Hit(tid, len(hits) + 1, 0.0))
-        named = registry_names.find(request)
-        casual = registry_names.find(request, loose=True)   # "send a slack msg": evidence, not a restriction
-        probs = self._probabilities(request, need, hits, policy.score_top, named, casual, catalog, learned)
-        # Named but not connected: only public registry servers can be here.
+        exact = [t for t in req.exact_names.find(req.text, eligible) if t in catalog]
+        named = req.registry_names.find(req.text)
+        casual = req.registry_names.find(req.text, loose=True)
         absent = [s for s in named if not eligible.allows_server(s)]
+        return _Shortcuts(always, mentioned, search_eligible, exact, named, casual, absent)
 
-        source: dict[ToolId, str] = {}
-        for tid in exact:
-            i = row_of[tid]
-            probs[i] = max(probs[i], policy.exact_name_confidence)
-            source[tid] = "exact_name"
-        # A named server restricts the search (above); it does not set the probability: the
-        # server's tools are judged like any others, so "protect the main branch on GitHub"
-        # does not proceed with create_branch just because GitHub was named.
-        in_scope = [i for i, h in enumerate(hits) if h.tool_id.server in mentioned]
-        if in_scope:
-            top = max(in_scope, key=lambda i: probs[i])
-            source.setdefault(hits[top].tool_id, "server_mention")
-
-        order = [int(i) for i in np.argsort(-probs, kind="stable")]
-        best = float(probs[order[0]]) if order else 0.0
-        if always:
-            best = 1.0
-
-        if best >= policy.proceed_threshold:
-            decision = "proceed"
-        elif attempt == 1:
-            decision = "search_again"
+    def _retrieve(self, req: _Request, found: _Shortcuts) -> list[Hit]:
+        """The policy's number of candidates under the (possibly narrowed) eligibility, kept to the
+        tools of the snapshot, and every tool named exactly (scored even if retrieval missed it)."""
+        if req.learned:
+            from retrieval.index.learned import retrieve_with_learned
+            hits = retrieve_with_learned(self.index, req.learned, req.text, req.need, found.search_eligible,
+                                         k=req.policy.candidates)
         else:
-            decision = "no_fit"
+            hits = self.index.retrieve(req.text, req.need, found.search_eligible, k=req.policy.candidates)
+        # retrieval may already see a newer version: keep only the tools this snapshot has
+        hits = [h for h in hits if h.tool_id in req.catalog]
+        retrieved = {h.tool_id for h in hits}
+        for tid in found.exact:
+            if tid not in retrieved:
+                retrieved.add(tid)
+                hits.append(Hit(tid, len(hits) + 1, 0.0))
+        return hits
 
-        chosen: list[tuple[ToolId, float, str]] = [(t, 1.0, "always_available") for t in always]
-        if decision != "no_fit":
-            for i in order:
-                if len(chosen) >= max_results:
-                    break
-                tid = hits[i].tool_id
-                if tid in always:
-                    continue
-                p = float(probs[i])
-                if p < policy.floor and len(chosen) >= policy.min_results and source.get(tid) != "exact_name":
-                    break
-                chosen.append((tid, p, source.get(tid, "ranked")))
-            for tid in exact:  # named tools stay even when the list is full
-                if all(c[0] != tid for c in chosen):
-                    chosen.append((tid, float(probs[row_of[tid]]), "exact_name"))
-
-        selected_tools = [catalog[c[0]] for c in chosen]
-        defs = build_definitions(selected_tools, fmt)
+    def _output(self, req: _Request, found: _Shortcuts, hits: Sequence[Hit], decided: Decided) -> SearchResult:
+        """The chosen tools with their definitions (and explanations), suggestions on ``no_fit``,
+        token counts and the message."""
+        selected_tools = [req.catalog[c[0]] for c in decided.chosen]
+        defs = build_definitions(selected_tools, req.fmt)
         hit_of = {h.tool_id: h for h in hits}
-        query_terms = set(tokenize([self.index.query_text(request, need)])[0]) if explain else set()
+        terms = query_terms(self.index.query_text(req.text, req.need)) if req.explain else set()
         tools_out = []
-        for rank, ((tid, p, src), defn) in enumerate(zip(chosen, defs.definitions), 1):
-            expl = (self._explain(hit_of.get(tid), catalog[tid], p, src, decision, policy, query_terms, named,
-                                  casual) if explain else None)
+        for rank, ((tid, p, src), defn) in enumerate(zip(decided.chosen, defs.definitions), 1):
+            expl = explanation(hit_of.get(tid), req.catalog[tid], p, src, decided.decision, req.policy, terms,
+                               with_examples=self.index.with_examples, named=found.named,
+                               casual=found.casual) if req.explain else None
             tools_out.append(ScoredTool(tid, p, rank, src, defn, expl))
-
-        suggestions = self._suggest(request, need, eligible, policy, absent) if decision == "no_fit" else []
-        result = SearchResult(
-            decision=decision, tools=tools_out, best_probability=float(best), attempt=attempt,
-            tokens=self._token_report(selected_tools, eligible, fmt, version, catalog),
-            message=self._message(decision, best, policy, mentioned, suggestions, absent),
-            suggestions=suggestions, restricted_to=mentioned,
+        suggestions = self._suggest(req.text, req.need, req.eligible, req.policy, found.absent) \
+            if decided.decision == "no_fit" else []
+        return SearchResult(
+            decision=decided.decision, tools=tools_out, best_probability=float(decided.best), attempt=req.attempt,
+            tokens=self._token_report(selected_tools, req.eligible, req.fmt, req.version, req.catalog),
+            message=message(decided.decision, decided.best, req.policy, found.mentioned, suggestions, found.absent),
+            suggestions=suggestions, restricted_to=found.mentioned,
         )
-        log.debug("search: %s best=%.3f attempt=%d in %.1f ms", decision, best, attempt, (time.perf_counter() - t0) * 1e3)
-        return result
 
     # ------------------------------------------------------------------ helpers
 
@@ -399,35 +392,6 @@ class Pipeline:
         selected_tokens = self.tokens.total(selected, fmt) if selected else 0
         return TokenReport(selected_tokens, total, self.tokens.encoding)
 
-    def _explain(self, hit: Hit | None, tool: Tool, p: float, src: str, decision: str, policy: Policy,
-                 query_terms: set[str], named: Sequence[str] = (), casual: Sequence[str] = ()) -> dict[str, Any]:
-        doc_terms = set(tokenize([tool_document(tool, with_examples=self.index.with_examples)])[0])
-        out: dict[str, Any] = {
-            "probability": round(p, 4),
-            "source": src,
-            "fused_rank": hit.rank if hit and hit.score else None,
-            "fused_score": round(hit.score, 6) if hit and hit.score else None,
-            "bm25_rank": hit.bm25_rank if hit else None,
-            "bm25_score": round(hit.bm25_score, 4) if hit and hit.bm25_score is not None else None,
-            "dense_rank": hit.dense_rank if hit else None,
-            "dense_score": round(hit.dense_score, 4) if hit and hit.dense_score is not None else None,
-            "matched_terms": sorted(query_terms & doc_terms),
-        }
-        reasons = {
-            "always_available": "always-available tool whose keywords the request contains",
-            "server_mention": "best tool of the server the request names (the search was restricted to it; "
-                              "the probability is the scorer's own)",
-            "exact_name": "the request names this tool exactly",
-            "ranked": f"ranked by calibrated probability; decision {decision} "
-                      f"(proceed at >= {policy.proceed_threshold}, list floor {policy.floor})",
-        }
-        out["reason"] = reasons[src]
-        if named and tool.server not in named:  # names are public or the tenant's own
-            out["reason"] += f"; lowered: the request names {', '.join(named)}, not this tool's server"
-        elif tool.server in casual and src == "ranked":
-            out["reason"] += f"; raised: the request mentions {tool.server}"
-        return out
-
     def _suggest(self, request: str, need: str | None, eligible: Eligibility, policy: Policy,
                  named: Sequence[str] = ()) -> list[str]:
         """Public servers (never a tenant's private ones) that would most likely answer: first
@@ -443,23 +407,6 @@ class Pipeline:
                 out.append(s)
         return out
 
-    @staticmethod
-    def _message(decision: str, best: float, policy: Policy, mentioned: list[str], suggestions: list[str],
-                 absent: Sequence[str] = ()) -> str:
-        scope = f" (restricted to {', '.join(mentioned)}, as the request names it)" if mentioned else ""
-        not_connected = (f"the request names {', '.join(absent)}, "
-                         f"{'which are' if len(absent) > 1 else 'which is'} not connected") if absent else ""
-        if not_connected and decision != "proceed":
-            scope += f"; {not_connected}"
-        if decision == "proceed":
-            return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
-        if decision == "search_again":
-            return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
-                    "Search again with a more specific need, passing this result as `previous`.")
-        named = f" {not_connected[0].upper()}{not_connected[1:]}." if not_connected else ""
-        tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
-        return f"No connected tool fits this request (best {best:.2f} after two searches).{named}{tail}"
-
 
 def load_pipeline(index_dir: str | Path | ToolIndex | None = None,
                   model_dir: str | Path | None | Literal[False] = None, *,
@@ -470,7 +417,7 @@ def load_pipeline(index_dir: str | Path | ToolIndex | None = None,
     ``index_dir`` may also be a loaded :class:`ToolIndex`. ``model_dir=False`` runs without
     a scorer (retrieval-only confidence).
     """
-    from .default_index import public_index
+    from retrieval.index.default import public_index
 
     public = public_index() if public_suggestions else None
     if isinstance(index_dir, ToolIndex):

@@ -16,13 +16,13 @@ from typing import Iterable, Literal
 
 import numpy as np
 
-from .fsutil import written_aside
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
+from retrieval.fsutil import written_aside
+from retrieval.jsonl import dumps_line, read_jsonl
+from retrieval.version import package_version
 from .bm25 import BM25Index
-from .catalog import Catalog, CatalogError, Tool, ToolId
-from .jsonl import dumps_line, read_jsonl
-from .version import package_version
 from .dense import DenseIndex
-from .eligibility import Eligibility
 from .encoder import Encoder, OnnxEncoder
 from .fusion import FusionConfig, reciprocal_rank_fusion
 from .hits import Hit

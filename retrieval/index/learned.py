@@ -30,12 +30,13 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from .fsutil import written_aside
-from .catalog import CatalogError, ToolId, check_text
-from .eligibility import Eligibility
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import CatalogError, ToolId
+from retrieval.catalog.rules import check_text
+from retrieval.fsutil import written_aside
+from retrieval.jsonl import dumps_line, round_trips
 from .fusion import reciprocal_rank_fusion
 from .hits import Hit
-from .jsonl import dumps_line, round_trips
 from .text import tool_passages
 
 __all__ = ["LearnedExample", "LearnedExamples", "retrieve_with_learned", "near_duplicate", "DEFAULT_LIMIT",

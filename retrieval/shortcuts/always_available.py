@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Container, Sequence
 
-from .catalog import ToolId
-from .eligibility import Eligibility
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import ToolId
 
 __all__ = ["AlwaysAvailable", "AlwaysAvailableRule", "AlwaysAvailableConfigError"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .eligibility import Eligibility
-from .evaluate import Query
+from retrieval.catalog.eligibility import Eligibility
+from .harness import Query
 from .stats import auroc, ece
 
 __all__ = ["auroc", "abstention_report", "coverage_risk", "format_abstention", "plot_coverage_risk",
@@ -122,7 +122,7 @@ class NoFitRequest:
 
 def load_nofit(path: str | Path, split: str | None = None) -> list[NoFitRequest]:
     """No-fit requests from JSONL (``id``, ``query``, ``kind``, ``split``, ``style``), one split or all."""
-    from .jsonl import read_jsonl
+    from retrieval.jsonl import read_jsonl
 
     out = []
     for n, r in read_jsonl(path):

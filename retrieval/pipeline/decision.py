@@ -1,0 +1,178 @@
+"""The decision: the thresholds (:class:`Policy`) and, as pure functions of the calibrated
+probabilities and the shortcuts, what to do and which tools go back.
+
+* :func:`shortcut_floors`: a tool named exactly is raised to ``exact_name_confidence``; the best
+  tool of a named server is marked as such (its probability stays the scorer's).
+* :func:`decide`: ``proceed`` when the best probability reaches ``proceed_threshold``; otherwise
+  ``search_again`` on the first attempt, ``no_fit`` on the second.
+* :func:`choose`: the tools returned: always-available ones first, then by probability down to
+  the floor (at least ``min_results``, at most ``max_results``); exactly named ones always stay.
+* :func:`decide_search`: the three together. :func:`message`: the decision in plain words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from retrieval.catalog.model import ToolId
+from retrieval.index.hits import Hit
+
+from .results import Decision, Source
+
+__all__ = ["Policy", "Choice", "Decided", "shortcut_floors", "decide", "choose", "decide_search", "message"]
+
+# A returned tool: its id, its probability and how it got into the result.
+Choice = tuple[ToolId, float, Source]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Decision thresholds; per deployment, overridable per tenant.
+
+    Defaults were chosen on dev questions (README, "Decision thresholds"): ``proceed``
+    when the best calibrated probability reaches ``proceed_threshold``; otherwise
+    ``search_again`` once, then ``no_fit``.
+    """
+
+    proceed_threshold: float = 0.85   # chosen on dev for 0.3.0 (Youden J against written no-fit requests)
+    floor: float = 0.05                 # tools below this join only to reach min_results
+    min_results: int = 5
+    max_results: int = 10
+    candidates: int = 100               # retrieved per request
+    # Cross-encoder scores only the first N fused candidates (None: all). The rest take the
+    # lowest scored logit, so they rank below every scored one with the same retrieval
+    # evidence. 20 is the shipped operating point (docs/results.md, "Speed"): the hybrid's
+    # first 20 hold the right tool for ~97% of test questions with examples indexed.
+    score_top: int | None = 20
+    exact_name_confidence: float = 0.9
+    suggestions: int = 3                # public servers named on no_fit
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.floor <= 1.0 or not 0.0 <= self.proceed_threshold <= 1.0:
+            raise ValueError(f"thresholds must lie in [0, 1]: floor={self.floor}, proceed_threshold={self.proceed_threshold}")
+        for name in ("exact_name_confidence",):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} is a probability and must lie in [0, 1], got {getattr(self, name)}")
+        if self.suggestions < 0:
+            raise ValueError(f"suggestions must be 0 or more (0 turns them off), got {self.suggestions}")
+        if not 1 <= self.min_results <= self.max_results:
+            raise ValueError(f"need 1 <= min_results <= max_results, got {self.min_results} and {self.max_results}")
+        if not 1 <= self.candidates <= 1000:
+            raise ValueError(f"candidates must be 1..1000, got {self.candidates}")
+        if self.score_top is not None and self.score_top < 1:
+            raise ValueError(f"score_top must be None (score all) or at least 1, got {self.score_top}")
+
+    def with_overrides(self, **overrides: Any) -> "Policy":
+        """A copy with the given fields changed (unknown names raise TypeError)."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What :func:`decide_search` concluded for one search."""
+
+    decision: Decision
+    best: float                 # the best probability (1.0 when an always-available tool matched)
+    chosen: list[Choice]        # the tools to return, in order
+
+
+def shortcut_floors(hits: Sequence[Hit], probs: np.ndarray, exact: Sequence[ToolId], mentioned: Sequence[str],
+                    policy: Policy) -> tuple[np.ndarray, dict[ToolId, Source]]:
+    """The probabilities with a tool named exactly raised to ``policy.exact_name_confidence`` (a copy),
+    and the source of each tool a shortcut brought in.
+
+    A named server restricts the search; it does not set the probability: the server's tools are
+    judged like any others, so "protect the main branch on GitHub" does not proceed with
+    create_branch just because GitHub was named. Its best tool is only marked ``server_mention``.
+    """
+    probs = np.array(probs, copy=True)
+    row_of = {h.tool_id: i for i, h in enumerate(hits)}
+    source: dict[ToolId, Source] = {}
+    for tid in exact:
+        i = row_of[tid]
+        probs[i] = max(probs[i], policy.exact_name_confidence)
+        source[tid] = "exact_name"
+    in_scope = [i for i, h in enumerate(hits) if h.tool_id.server in mentioned]
+    if in_scope:
+        top = max(in_scope, key=lambda i: probs[i])
+        source.setdefault(hits[top].tool_id, "server_mention")
+    return probs, source
+
+
+def decide(best: float, attempt: int, policy: Policy) -> Decision:
+    """``proceed`` at or above the threshold; below it, ``search_again`` once, then ``no_fit``."""
+    if best >= policy.proceed_threshold:
+        return "proceed"
+    if attempt == 1:
+        return "search_again"
+    return "no_fit"
+
+
+def choose(hits: Sequence[Hit], probs: np.ndarray, source: dict[ToolId, Source], *, always: Sequence[ToolId],
+           exact: Sequence[ToolId], decision: Decision, policy: Policy, max_results: int) -> list[Choice]:
+    """The tools to return: always-available ones (1.0), then, unless ``no_fit``, the hits by
+    probability (ties keep retrieval order) until ``max_results``, stopping below ``policy.floor``
+    once ``min_results`` are in; a tool named exactly stays even when the list is full."""
+    chosen: list[Choice] = [(t, 1.0, "always_available") for t in always]
+    if decision == "no_fit":
+        return chosen
+    row_of = {h.tool_id: i for i, h in enumerate(hits)}
+    for i in (int(i) for i in np.argsort(-probs, kind="stable")):
+        if len(chosen) >= max_results:
+            break
+        tid = hits[i].tool_id
+        if tid in always:
+            continue
+        p = float(probs[i])
+        if p < policy.floor and len(chosen) >= policy.min_results and source.get(tid) != "exact_name":
+            break
+        chosen.append((tid, p, source.get(tid, "ranked")))
+    for tid in exact:
+        if all(c[0] != tid for c in chosen):
+            chosen.append((tid, float(probs[row_of[tid]]), "exact_name"))
+    return chosen
+
+
+def decide_search(hits: Sequence[Hit], probs: np.ndarray, *, always: Sequence[ToolId], exact: Sequence[ToolId],
+                  mentioned: Sequence[str], attempt: int, policy: Policy, max_results: int) -> Decided:
+    """The decision and the tools to return for ranked ``hits`` with calibrated ``probs``.
+
+    Args:
+        hits: the retrieved candidates (tools named exactly included), in retrieval order.
+        probs: the calibrated probability of each hit.
+        always: always-available tools that matched (they make the best probability 1.0).
+        exact: tools the request names exactly (each among ``hits``).
+        mentioned: servers the request names explicitly (the search was restricted to them).
+        attempt: 1 for a first search, 2 after ``search_again``.
+        max_results: the most tools to return (tools named exactly may come on top).
+    """
+    probs, source = shortcut_floors(hits, probs, exact, mentioned, policy)
+    order = np.argsort(-probs, kind="stable")
+    best = float(probs[order[0]]) if len(order) else 0.0
+    if always:
+        best = 1.0
+    decision = decide(best, attempt, policy)
+    chosen = choose(hits, probs, source, always=always, exact=exact, decision=decision, policy=policy,
+                    max_results=max_results)
+    return Decided(decision, best, chosen)
+
+
+def message(decision: Decision, best: float, policy: Policy, mentioned: Sequence[str], suggestions: Sequence[str],
+            absent: Sequence[str] = ()) -> str:
+    """The decision in plain words for the agent (and its user)."""
+    scope = f" (restricted to {', '.join(mentioned)}, as the request names it)" if mentioned else ""
+    not_connected = (f"the request names {', '.join(absent)}, "
+                     f"{'which are' if len(absent) > 1 else 'which is'} not connected") if absent else ""
+    if not_connected and decision != "proceed":
+        scope += f"; {not_connected}"
+    if decision == "proceed":
+        return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
+    if decision == "search_again":
+        return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
+                "Search again with a more specific need, passing this result as `previous`.")
+    named = f" {not_connected[0].upper()}{not_connected[1:]}." if not_connected else ""
+    tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
+    return f"No connected tool fits this request (best {best:.2f} after two searches).{named}{tail}"
