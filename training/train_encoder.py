@@ -21,8 +21,10 @@ The loss is MultipleNegativesRankingLoss (each row's positive against every othe
 plus the hard negatives), batches without duplicate texts. Every ``--eval-minutes`` the model is
 measured on dev questions (servers never trained on) over the whole catalog **without** example
 requests: dense and hybrid (BM25 fused as the index fuses) rank 1 / top 5 / recall@20 / MRR. The
-curve goes to ``curve.jsonl``; the best checkpoint by hybrid MRR is kept in ``best/`` (full precision,
-safetensors). ``--resume`` continues an interrupted run from its last checkpoint.
+curve goes to ``curve.jsonl``. A second dev set checks for learning the catalog's own writers: the
+lists of a fixed 15% of Smithery servers (never trained on; other writers' voices, another catalog,
+no examples), retrieved over those servers' tools. The best checkpoint by the mean of the two hybrid
+MRRs is kept in ``best/`` (full precision, safetensors). ``--resume`` continues an interrupted run from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import math
 import os
 import random
 import re
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -78,12 +81,20 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+def held_out_smithery(server: str, percent: int) -> bool:
+    """A fixed ``percent`` of Smithery servers, by a hash of the name, kept for the second dev set."""
+    return int(hashlib.sha256(server.encode()).hexdigest()[:8], 16) % 100 < percent
+
+
 def teacher_rows(paths: Sequence[Path], smithery: Path | None, *, accept: float = 0.5, reject: float = 0.1,
-                 max_positives: int = 3, seed: int = 13) -> tuple[list[dict], dict[str, int]]:
+                 max_positives: int = 3, seed: int = 13, holdout_percent: int = 0
+                 ) -> tuple[list[dict], dict[str, int], list[Any]]:
     """(anchor, positive card, hard-negative card) rows from judged teacher lists, train servers only.
 
     One row per accepted candidate (the most confident ``max_positives``); each gets its own rejected
     look-alike. Lists without an accepted candidate or without a rejected one are skipped (counted).
+    A list whose best accepted candidate is on a held-out Smithery server is returned apart (the
+    second dev set), and no row shows a held-out server's tool.
     """
     from retrieval.index.text import tool_passages
 
@@ -97,13 +108,23 @@ def teacher_rows(paths: Sequence[Path], smithery: Path | None, *, accept: float 
     tools = Tools(smithery if any(t.catalog == "smithery" for t in lists) else None)
     rng = random.Random(seed)
     rows: list[dict] = []
-    stats = {"lists": len(lists), "no_fit": 0, "no_negative": 0, "held_out_name": 0}
+    stats = {"lists": len(lists), "no_fit": 0, "no_negative": 0, "held_out_name": 0, "dev_lists": 0}
+    dev_lists = []
+
+    def kept(tl: Any, server: str) -> bool:
+        return tl.catalog != "smithery" or not held_out_smithery(server, holdout_percent)
+
     for tl in lists:
         if tl.catalog == "smithery" and any(_norm(s) in held for s, _, _ in tl.candidates):
             stats["held_out_name"] += 1
             continue
         pos = sorted((c for c in tl.candidates if c[2] >= accept), key=lambda c: -c[2])[:max_positives]
-        neg = [c for c in tl.candidates if c[2] <= reject]
+        if pos and not kept(tl, pos[0][0]):
+            dev_lists.append(tl)
+            stats["dev_lists"] += 1
+            continue
+        pos = [c for c in pos if kept(tl, c[0])]
+        neg = [c for c in tl.candidates if c[2] <= reject and kept(tl, c[0])]
         if not pos:
             stats["no_fit"] += 1
             continue
@@ -118,7 +139,7 @@ def teacher_rows(paths: Sequence[Path], smithery: Path | None, *, accept: float 
             rows.append({"anchor": tl.query, "positive": card, "negative": neg_card})
     rng.shuffle(rows)
     stats["rows"] = len(rows)
-    return rows, stats
+    return rows, stats, dev_lists
 
 
 class TorchEncoder:
@@ -173,6 +194,46 @@ def evaluate(model: Any, questions: list[dict], *, with_examples: bool = False) 
     return out
 
 
+class SmitheryDev:
+    """Held-out Smithery servers: their tools are the corpus (no examples: day one), their lists'
+    requests the questions, any candidate the judge accepted (P(yes) >= 0.5) a hit. Other writers'
+    voices, another catalog: a check on learning the catalog's own writers."""
+
+    def __init__(self, lists: list[Any], smithery: Path, percent: int, accept: float = 0.5):
+        from retrieval.catalog.model import Catalog, ToolId
+        from retrieval.catalog.smithery import read_smithery
+
+        full = read_smithery(smithery).catalog
+        tools = [t for t in full.tools if held_out_smithery(t.server, percent)]
+        self.catalog = Catalog(tools, {t.server: full.server_descriptions.get(t.server, "") for t in tools})
+        self.questions = []
+        for tl in lists:
+            ok = {ToolId(s, t) for s, t, p in tl.candidates if p >= accept and ToolId(s, t) in self.catalog}
+            if ok:
+                self.questions.append((tl.query, ok))
+
+    def evaluate(self, model: Any) -> dict[str, float]:
+        from retrieval.index.embedded import ToolIndex
+
+        was_training = model.training
+        model.eval()
+        enc = TorchEncoder(model)
+        index = ToolIndex(self.catalog, enc, with_examples=False)
+        qvecs = enc.encode([q for q, _ in self.questions], batch_size=64)
+        out: dict[str, float] = {}
+        for stage in ("dense", "hybrid"):
+            ranks = []
+            for (q, ok), v in zip(self.questions, qvecs):
+                ids = [h.tool_id for h in index.retrieve(q, None, None, k=100, stage=stage, query_vector=v)]
+                ranks.append(next((i + 1 for i, t in enumerate(ids) if t in ok), math.inf))
+            n = max(1, len(ranks))
+            out[f"smithery_{stage}_top1"] = round(100 * sum(r == 1 for r in ranks) / n, 2)
+            out[f"smithery_{stage}_top5"] = round(100 * sum(r <= 5 for r in ranks) / n, 2)
+            out[f"smithery_{stage}_mrr"] = round(sum(1 / r for r in ranks) / n, 4)
+        model.train(was_training)
+        return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="run folder (keep it out of git, e.g. runs/enc)")
@@ -195,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-minutes", type=float, default=8.0, help="measure on dev every this many minutes (0 = only at the end)")
     p.add_argument("--save-steps", type=int, default=100, help="resumable checkpoint every N steps")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    p.add_argument("--smithery-dev-percent", type=int, default=15,
+                   help="Smithery servers held out (by name hash) as a second dev set; 0 = none")
     return p
 
 
@@ -228,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     parts: dict[str, Dataset] = {}
     if a.teacher:
-        trows, stats = teacher_rows(a.teacher, a.smithery, accept=a.accept, reject=a.reject, seed=a.seed)
+        trows, stats, dev_lists = teacher_rows(a.teacher, a.smithery, accept=a.accept, reject=a.reject, seed=a.seed,
+                                               holdout_percent=a.smithery_dev_percent if a.smithery else 0)
         trows = trows[: a.max_pairs] if a.max_pairs else trows
         log.info("teacher rows: %d (%s)", len(trows), stats)
         parts["teacher"] = Dataset.from_dict({k: [r[k] for r in trows] for k in ("anchor", "positive", "negative")})
@@ -243,13 +307,23 @@ def main(argv: list[str] | None = None) -> int:
     model = SentenceTransformer(str(src), device="cpu", local_files_only=True)
     model.max_seq_length = a.max_length
     dev = dev_questions(a.dev_questions, a.seed)
+    sdev = None
+    if a.smithery is not None and a.smithery_dev_percent > 0:
+        if not a.teacher:
+            from .distill import read_teacher
+
+            dev_lists = [tl for tl in read_teacher([DATA / "teacher" / "lists_smithery.jsonl"])
+                         if tl.candidates and held_out_smithery(max(tl.candidates, key=lambda c: c[2])[0],
+                                                                a.smithery_dev_percent)]
+        sdev = SmitheryDev(dev_lists, a.smithery, a.smithery_dev_percent)
+        log.info("Smithery dev: %d questions over %d held-out tools", len(sdev.questions), len(sdev.catalog.tools))
     a.out.mkdir(parents=True, exist_ok=True)
     curve_path = a.out / "curve.jsonl"
     best_path = a.out / "best"
     best_score = -1.0
     if a.resume and curve_path.exists():
         prev = [json.loads(x) for x in curve_path.read_text().splitlines() if x.strip()]
-        best_score = max((r["hybrid_mrr"] for r in prev), default=-1.0)
+        best_score = max((r.get("select", r["hybrid_mrr"]) for r in prev), default=-1.0)
     elif curve_path.exists():
         curve_path.unlink()
 
@@ -266,14 +340,18 @@ def main(argv: list[str] | None = None) -> int:
             nonlocal best_score
             te = time.time()
             m = evaluate(model, dev)
+            if sdev is not None:
+                m.update(sdev.evaluate(model))
+            # the choice weighs the catalog's own writers and the held-out catalog's equally
+            m["select"] = round((m["hybrid_mrr"] + m["smithery_hybrid_mrr"]) / 2, 4) if sdev else m["hybrid_mrr"]
             row = {"step": state.global_step, "rows_seen": state.global_step * a.batch_size,
                    "epoch": round(state.epoch or 0.0, 3), "train_minutes": round(self.train_seconds / 60, 2),
                    **m, "eval_seconds": round(time.time() - te, 1)}
             with curve_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             log.info("dev %s", row)
-            if m["hybrid_mrr"] > best_score:
-                best_score = m["hybrid_mrr"]
+            if m["select"] > best_score:
+                best_score = m["select"]
                 model.save(str(best_path))
                 (best_path / "dev.json").write_text(json.dumps(row, indent=1))
             self.last_step_time = time.time()  # evaluation time is not training time
