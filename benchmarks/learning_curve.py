@@ -1,9 +1,12 @@
-"""The distillation run's learning curve: dev MRR / rank 1 of the logit alone against pairs seen.
+"""A training run's learning curve: dev MRR / rank 1 against pairs (or rows) seen.
 
     python benchmarks/learning_curve.py runs/ce-long/curve.jsonl --out benchmarks/results/learning_curve
     python benchmarks/learning_curve.py STAGE1/curve.jsonl STAGE2/curve.jsonl --out ...   # stages, end to end
+    python benchmarks/learning_curve.py runs/enc-long/curve.jsonl --out benchmarks/results/encoder_curve
 
-Reads the ``curve.jsonl`` that ``training/distill.py`` appends at every checkpoint, prints a table
+Reads the ``curve.jsonl`` that ``training/distill.py`` (the cross-encoder: the logit alone over the
+hybrid's candidates) or ``training/train_encoder.py`` (the dense encoder: dense and hybrid retrieval,
+day one) appends at every measurement, prints a table
 and writes ``OUT.png`` (and ``OUT.json``, a copy of the rows, so the figure can be remade from the
 repository after the run folder is gone).
 """
@@ -35,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             seen.add(r["step"])
             r = {"stage": r.get("stage", stage), **r}
+            if "rows_seen" in r:   # the encoder's curve: rows (request, card[, negative]), figures in percent
+                r["pairs"] = r["rows_seen"]
+                r.update({k: v / 100 for k, v in r.items() if k.endswith(("_top1", "_top5", "_r20"))})
             if "total_pairs" in r:   # a later stage: pairs and minutes since the first stage began
                 r["pairs"], r["train_minutes"] = r["total_pairs"], r["total_train_minutes"]
             rows.append(r)
@@ -64,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             ax.annotate(f"{r['train_minutes']:.0f} min", (r["pairs"], r[f"{sets[0]}_mrr"]), fontsize=7,
                         textcoords="offset points", xytext=(0, 6), ha="center")
         ax.set_xlabel("(request, tool) pairs seen")
-        ax.set_ylabel("dev, logit alone over the hybrid's first candidates")
+        encoder = any("rows_seen" in r for r in rows)
+        ax.set_ylabel("dev, day-one retrieval" if encoder else "dev, logit alone over the hybrid's first candidates")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

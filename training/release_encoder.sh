@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Turn a dense-encoder run (training/train_encoder.py) into the shipped encoder, end to end:
-#   full-precision weights kept (safetensors, fp16) -> ONNX int8 export -> the fusion grid on dev
+#   full-precision weights kept (safetensors, fp16) -> ONNX int8 export -> exact-integer check ->
+#   int8 against full precision on both dev sets (benchmarks/encoder_dev.py) -> the fusion grid on dev
 #   (printed; FusionConfig's defaults change only by hand, from this table) -> the confidence models,
 #   the proceed threshold and every test figure refitted over the new retrieval (training/refit.sh).
 #
 #   training/release_encoder.sh runs/enc/best [models/toolrank-encoder] [models/toolrank-reranker]
 #
 # The default index rebuilds itself: its cache key holds the encoder's files.
+# SMITHERY (default ../shared/data/smithery/servers): the Smithery folder for the second dev set.
+# STOP_AFTER_GRID=1: stop after the fusion grid (change FusionConfig's defaults, then run training/refit.sh).
 set -euo pipefail
 src=$1; out=${2:-models/toolrank-encoder}; reranker=${3:-models/toolrank-reranker}
 export HF_HUB_OFFLINE=1
@@ -33,7 +36,15 @@ for extra in ("train_args.json", "dev.json"):
         shutil.copy(src / extra, dest / extra)
 print(f"full-precision (fp16) weights: {dest}")
 PY
-# 3. The fusion constants on dev, with the new encoder.
+# 3. int8 must not cost quality: the integer kernels exact; the trained weights against the export on dev.
+python -m training.int8 check "$out" > "$out/int8_check.json"
+smithery="${SMITHERY:-$root/../shared/data/smithery/servers}"
+dev_args=()
+if [ -d "$smithery" ]; then dev_args=(--smithery "$smithery"); fi
+python "$root/benchmarks/encoder_dev.py" "$src" "$out" "${dev_args[@]}" --json "$results/encoder_dev.json" \
+    | tee "$results/encoder_dev.txt"
+# 4. The fusion constants on dev, with the new encoder.
 python "$root/benchmarks/fusion_grid.py" --encoder "$out" | tee "$results/fusion_grid_dev.txt"
-# 4. Confidence models, the proceed threshold and every test figure.
+if [ -n "${STOP_AFTER_GRID:-}" ]; then exit 0; fi
+# 5. Confidence models, the proceed threshold and every test figure.
 "$here/refit.sh" "$reranker"

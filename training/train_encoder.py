@@ -147,7 +147,7 @@ class TorchEncoder:
 
     def __init__(self, model: Any, name: str = "training"):
         self.model, self.name = model, name
-        self.dim = model.get_sentence_embedding_dimension()
+        self.dim = model.get_embedding_dimension()
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False) -> Any:
         import numpy as np
@@ -166,31 +166,36 @@ def dev_questions(n: int, seed: int, split_name: str = "dev") -> list[dict]:
     return rows[:n] if n else rows
 
 
-def evaluate(model: Any, questions: list[dict], *, with_examples: bool = False) -> dict[str, float]:
-    """Dense and hybrid rank 1 / top 5 / recall@20 / MRR over the whole catalog, request alone."""
-    from retrieval.catalog.model import ToolId
+def rank_metrics(prefix: str, ranks: Sequence[float], *, r20: bool = True) -> dict[str, float]:
+    """Rank 1 / top 5 (/ recall@20) in percent and MRR, keyed ``{prefix}_top1`` and so on."""
+    n = max(1, len(ranks))
+    out = {f"{prefix}_top1": round(100 * sum(r == 1 for r in ranks) / n, 2),
+           f"{prefix}_top5": round(100 * sum(r <= 5 for r in ranks) / n, 2)}
+    if r20:
+        out[f"{prefix}_r20"] = round(100 * sum(r <= 20 for r in ranks) / n, 2)
+    out[f"{prefix}_mrr"] = round(sum(1 / r for r in ranks) / n, 4)
+    return out
+
+
+def evaluate(encoder: Any, questions: list[dict], *, with_examples: bool = False, prefix: str = "") -> dict[str, float]:
+    """Dense and hybrid rank 1 / top 5 / recall@20 / MRR over the whole catalog, request alone.
+
+    ``encoder``: anything with the index's ``Encoder`` protocol (``TorchEncoder`` while training,
+    ``OnnxEncoder`` for an exported folder)."""
     from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.model import ToolId
     from retrieval.index.embedded import ToolIndex
 
-    was_training = model.training
-    model.eval()
-    enc = TorchEncoder(model)
-    index = ToolIndex(load_default_catalog(with_examples=with_examples), enc, with_examples=with_examples)
-    qvecs = enc.encode([q["query"] for q in questions], batch_size=64)
+    index = ToolIndex(load_default_catalog(with_examples=with_examples), encoder, with_examples=with_examples)
+    qvecs = encoder.encode([q["query"] for q in questions], batch_size=64)
     out: dict[str, float] = {}
     for stage in ("dense", "hybrid"):
         ranks = []
         for q, v in zip(questions, qvecs):
-            hits = index.retrieve(q["query"], None, None, k=100, stage=stage, query_vector=v)
-            ids = [h.tool_id for h in hits]
+            ids = [h.tool_id for h in index.retrieve(q["query"], None, None, k=100, stage=stage, query_vector=v)]
             target = ToolId(q["server"], q["tool"])
             ranks.append(ids.index(target) + 1 if target in ids else math.inf)
-        n = max(1, len(ranks))
-        out[f"{stage}_top1"] = round(100 * sum(r == 1 for r in ranks) / n, 2)
-        out[f"{stage}_top5"] = round(100 * sum(r <= 5 for r in ranks) / n, 2)
-        out[f"{stage}_r20"] = round(100 * sum(r <= 20 for r in ranks) / n, 2)
-        out[f"{stage}_mrr"] = round(sum(1 / r for r in ranks) / n, 4)
-    model.train(was_training)
+        out.update(rank_metrics(prefix + stage, ranks))
     return out
 
 
@@ -212,26 +217,28 @@ class SmitheryDev:
             if ok:
                 self.questions.append((tl.query, ok))
 
-    def evaluate(self, model: Any) -> dict[str, float]:
+    def evaluate(self, encoder: Any) -> dict[str, float]:
         from retrieval.index.embedded import ToolIndex
 
-        was_training = model.training
-        model.eval()
-        enc = TorchEncoder(model)
-        index = ToolIndex(self.catalog, enc, with_examples=False)
-        qvecs = enc.encode([q for q, _ in self.questions], batch_size=64)
+        index = ToolIndex(self.catalog, encoder, with_examples=False)
+        qvecs = encoder.encode([q for q, _ in self.questions], batch_size=64)
         out: dict[str, float] = {}
         for stage in ("dense", "hybrid"):
             ranks = []
             for (q, ok), v in zip(self.questions, qvecs):
                 ids = [h.tool_id for h in index.retrieve(q, None, None, k=100, stage=stage, query_vector=v)]
                 ranks.append(next((i + 1 for i, t in enumerate(ids) if t in ok), math.inf))
-            n = max(1, len(ranks))
-            out[f"smithery_{stage}_top1"] = round(100 * sum(r == 1 for r in ranks) / n, 2)
-            out[f"smithery_{stage}_top5"] = round(100 * sum(r <= 5 for r in ranks) / n, 2)
-            out[f"smithery_{stage}_mrr"] = round(sum(1 / r for r in ranks) / n, 4)
-        model.train(was_training)
+            out.update(rank_metrics(f"smithery_{stage}", ranks, r20=False))
         return out
+
+
+def smithery_dev(smithery: Path, percent: int) -> SmitheryDev:
+    """The second dev set from the shipped Smithery teacher lists (for measuring an encoder after training)."""
+    from .distill import read_teacher
+
+    lists = [tl for tl in read_teacher([DATA / "teacher" / "lists_smithery.jsonl"])
+             if tl.candidates and held_out_smithery(max(tl.candidates, key=lambda c: c[2])[0], percent)]
+    return SmitheryDev(lists, smithery, percent)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -253,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=13)
     p.add_argument("--max-pairs", type=int, default=0, help="cap on rows of each kind (0 = all; small values for smoke runs)")
     p.add_argument("--dev-questions", type=int, default=400, help="dev questions measured (0 = all)")
+    p.add_argument("--no-dev", action="store_true", help="measure nothing on dev (smoke runs): no curve, no best/")
     p.add_argument("--eval-minutes", type=float, default=8.0, help="measure on dev every this many minutes (0 = only at the end)")
     p.add_argument("--save-steps", type=int, default=100, help="resumable checkpoint every N steps")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
@@ -309,13 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     dev = dev_questions(a.dev_questions, a.seed)
     sdev = None
     if a.smithery is not None and a.smithery_dev_percent > 0:
-        if not a.teacher:
-            from .distill import read_teacher
-
-            dev_lists = [tl for tl in read_teacher([DATA / "teacher" / "lists_smithery.jsonl"])
-                         if tl.candidates and held_out_smithery(max(tl.candidates, key=lambda c: c[2])[0],
-                                                                a.smithery_dev_percent)]
-        sdev = SmitheryDev(dev_lists, a.smithery, a.smithery_dev_percent)
+        sdev = SmitheryDev(dev_lists, a.smithery, a.smithery_dev_percent) if a.teacher \
+            else smithery_dev(a.smithery, a.smithery_dev_percent)
         log.info("Smithery dev: %d questions over %d held-out tools", len(sdev.questions), len(sdev.catalog.tools))
     a.out.mkdir(parents=True, exist_ok=True)
     curve_path = a.out / "curve.jsonl"
@@ -338,10 +341,15 @@ def main(argv: list[str] | None = None) -> int:
 
         def measure(self, state: Any) -> None:
             nonlocal best_score
+            if a.no_dev:
+                return
             te = time.time()
-            m = evaluate(model, dev)
+            model.eval()
+            enc = TorchEncoder(model)
+            m = evaluate(enc, dev)
             if sdev is not None:
-                m.update(sdev.evaluate(model))
+                m.update(sdev.evaluate(enc))
+            model.train()
             # the choice weighs the catalog's own writers and the held-out catalog's equally
             m["select"] = round((m["hybrid_mrr"] + m["smithery_hybrid_mrr"]) / 2, 4) if sdev else m["hybrid_mrr"]
             row = {"step": state.global_step, "rows_seen": state.global_step * a.batch_size,

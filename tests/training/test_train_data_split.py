@@ -45,3 +45,58 @@ def test_example_questions_are_train_tools_only_and_bounded_per_tool():
         per_tool[tid] = per_tool.get(tid, 0) + 1
     assert max(per_tool.values()) == 2
     assert example_questions(cat, split, per_tool=0, seed=0) == []
+
+
+def _teacher_file(tmp_path, rows):
+    path = tmp_path / "lists.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_encoder_teacher_rows_pair_every_accepted_tool_with_a_rejected_look_alike(tmp_path):
+    from retrieval.index.text import tool_passages
+    from training.train_encoder import teacher_rows
+
+    cat = load_default_catalog()
+    train = [t for t in cat.tools if load_split()[t.server] == "train"][:6]
+    card = {t.id: tool_passages(t, with_examples=False)[0] for t in train}
+
+    def cand(t, p):
+        return {"server": t.server, "tool": t.name, "p_yes": p}
+
+    path = _teacher_file(tmp_path, [
+        {"id": "a", "query": "two fit", "catalog": "mcp-zero",
+         "candidates": [cand(train[0], 0.9), cand(train[1], 0.6), cand(train[2], 0.05), cand(train[3], 0.3)]},
+        {"id": "b", "query": "none fits", "catalog": "mcp-zero", "candidates": [cand(train[4], 0.2), cand(train[5], 0.0)]},
+        {"id": "c", "query": "no look-alike was rejected", "catalog": "mcp-zero",
+         "candidates": [cand(train[4], 0.8), cand(train[5], 0.4)]},
+    ])
+    rows, stats, dev = teacher_rows([path], None, seed=0)
+    assert dev == [] and stats["no_fit"] == 1 and stats["no_negative"] == 1
+    assert sorted((r["anchor"], r["positive"]) for r in rows) == sorted(
+        [("two fit", card[train[0].id]), ("two fit", card[train[1].id])])
+    # the only candidate the judge rejected (0.05) is the hard negative; 0.3 is neither
+    assert {r["negative"] for r in rows} == {card[train[2].id]}
+
+
+def test_encoder_teacher_rows_refuse_held_out_servers(tmp_path):
+    import pytest
+
+    from training.train_encoder import teacher_rows
+
+    cat = load_default_catalog()
+    test_tool = next(t for t in cat.tools if load_split()[t.server] == "test")
+    path = _teacher_file(tmp_path, [{"id": "x", "query": "q", "catalog": "mcp-zero",
+                                     "candidates": [{"server": test_tool.server, "tool": test_tool.name, "p_yes": 1.0}]}])
+    with pytest.raises(ValueError, match="dev/test servers"):
+        teacher_rows([path], None)
+
+
+def test_smithery_hold_out_is_a_fixed_share_of_servers():
+    from training.train_encoder import held_out_smithery
+
+    names = [f"server {i}" for i in range(2000)]
+    held = [n for n in names if held_out_smithery(n, 15)]
+    assert 0.12 < len(held) / len(names) < 0.18
+    assert held == [n for n in names if held_out_smithery(n, 15)]   # by name, not by draw
+    assert not any(held_out_smithery(n, 0) for n in names)

@@ -59,7 +59,7 @@ def test_dense_encoder_trains_exports_and_embeds(tmp_path):
 
     out = tmp_path / "enc"
     assert main(["--max-pairs", "16", "--batch-size", "8", "--max-length", "32", "--threads", "1",
-                 "--out", str(out)]) == 0
+                 "--no-dev", "--out", str(out)]) == 0
     record = json.loads((out / "final" / "train_args.json").read_text())
     assert record["n_pairs"] == 16 and len(record["training_data_hash"]) == 16
     folder = export_encoder(tmp_path / "exported", source=out / "final", name="smoke")
