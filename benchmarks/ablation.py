@@ -57,7 +57,12 @@ RUNS = {
 
 
 class CachedScorer:
-    """Wraps a Scorer: logits are memoised per (request, need, server, tool)."""
+    """Wraps a Scorer: logits are memoised per (request, need, tool content).
+
+    The key holds the tool's content hash (description, schema, **example requests**): the record the
+    cross-encoder reads includes examples when the index has them, so the same tool with and without
+    examples is two different pairs. (Keyed on the name alone until 0.5.0, a day-one run after a run
+    with examples in the same process reused the with-examples logits.)"""
 
     def __init__(self, scorer):
         self.scorer = scorer
@@ -66,7 +71,7 @@ class CachedScorer:
         self.path = scorer.path
 
     def logits(self, request, need, tools):
-        keys = [(request, need, t.server, t.name) for t in tools]
+        keys = [(request, need, t.server, t.name, t.content_hash()) for t in tools]
         todo = [i for i, k in enumerate(keys) if k not in self.cache]
         if todo:
             out = self.scorer.logits(request, need, [tools[i] for i in todo])
