@@ -177,6 +177,20 @@ def rank_metrics(prefix: str, ranks: Sequence[float], *, r20: bool = True) -> di
     return out
 
 
+def stage_metrics(index: Any, encoder: Any, questions: Sequence[tuple[str, set]], *, prefix: str = "",
+                  r20: bool = True) -> dict[str, float]:
+    """Dense and hybrid metrics of ``questions`` ((request, the tool ids that count as a hit)) over ``index``."""
+    qvecs = encoder.encode([q for q, _ in questions], batch_size=64)
+    out: dict[str, float] = {}
+    for stage in ("dense", "hybrid"):
+        ranks = []
+        for (q, ok), v in zip(questions, qvecs):
+            ids = [h.tool_id for h in index.retrieve(q, None, None, k=100, stage=stage, query_vector=v)]
+            ranks.append(next((i + 1 for i, t in enumerate(ids) if t in ok), math.inf))
+        out.update(rank_metrics(prefix + stage, ranks, r20=r20))
+    return out
+
+
 def evaluate(encoder: Any, questions: list[dict], *, with_examples: bool = False, prefix: str = "") -> dict[str, float]:
     """Dense and hybrid rank 1 / top 5 / recall@20 / MRR over the whole catalog, request alone.
 
@@ -187,16 +201,8 @@ def evaluate(encoder: Any, questions: list[dict], *, with_examples: bool = False
     from retrieval.index.embedded import ToolIndex
 
     index = ToolIndex(load_default_catalog(with_examples=with_examples), encoder, with_examples=with_examples)
-    qvecs = encoder.encode([q["query"] for q in questions], batch_size=64)
-    out: dict[str, float] = {}
-    for stage in ("dense", "hybrid"):
-        ranks = []
-        for q, v in zip(questions, qvecs):
-            ids = [h.tool_id for h in index.retrieve(q["query"], None, None, k=100, stage=stage, query_vector=v)]
-            target = ToolId(q["server"], q["tool"])
-            ranks.append(ids.index(target) + 1 if target in ids else math.inf)
-        out.update(rank_metrics(prefix + stage, ranks))
-    return out
+    return stage_metrics(index, encoder, [(q["query"], {ToolId(q["server"], q["tool"])}) for q in questions],
+                         prefix=prefix)
 
 
 class SmitheryDev:
@@ -221,15 +227,7 @@ class SmitheryDev:
         from retrieval.index.embedded import ToolIndex
 
         index = ToolIndex(self.catalog, encoder, with_examples=False)
-        qvecs = encoder.encode([q for q, _ in self.questions], batch_size=64)
-        out: dict[str, float] = {}
-        for stage in ("dense", "hybrid"):
-            ranks = []
-            for (q, ok), v in zip(self.questions, qvecs):
-                ids = [h.tool_id for h in index.retrieve(q, None, None, k=100, stage=stage, query_vector=v)]
-                ranks.append(next((i + 1 for i, t in enumerate(ids) if t in ok), math.inf))
-            out.update(rank_metrics(f"smithery_{stage}", ranks, r20=False))
-        return out
+        return stage_metrics(index, encoder, self.questions, prefix="smithery_", r20=False)
 
 
 def smithery_dev(smithery: Path, percent: int) -> SmitheryDev:
@@ -334,7 +332,6 @@ def main(argv: list[str] | None = None) -> int:
         """Measure on dev every ``--eval-minutes`` of training; keep the best; stop at ``--minutes``."""
 
         def __init__(self) -> None:
-            self.start = time.time()
             self.last_eval = time.time()
             self.train_seconds = 0.0
             self.last_step_time = time.time()
