@@ -322,9 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     curve_path = a.out / "curve.jsonl"
     best_path = a.out / "best"
     best_score = -1.0
+    trained_before = 0.0   # a resumed run's budget and curve go on from its last measurement
     if a.resume and curve_path.exists():
         prev = [json.loads(x) for x in curve_path.read_text().splitlines() if x.strip()]
         best_score = max((r.get("select", r["hybrid_mrr"]) for r in prev), default=-1.0)
+        trained_before = 60 * prev[-1]["train_minutes"] if prev else 0.0
     elif curve_path.exists():
         curve_path.unlink()
 
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def __init__(self) -> None:
             self.last_eval = time.time()
-            self.train_seconds = 0.0
+            self.train_seconds = trained_before
             self.last_step_time = time.time()
 
         def measure(self, state: Any) -> None:
