@@ -14,10 +14,14 @@ The pair looks like this (query side, then tool side)::
     Candidate tool: {server} / {tool name}: {description, truncated at a word boundary with '…'}
     Examples: {example 1} | {example 2}             (only when examples > 0 and the tool has some)
     Parameters: {name 1}, {name 2}, …               (only when parameters > 0 and the schema has some)
+    Server: {the server's description, truncated}    (only when server_description_chars > 0; version 2)
 
 A new catalog has no example requests, but every MCP tool has an input schema: its
 parameter names say what the tool acts on (``calendar_id``, ``new_name``), which is what
-tells "rename" from "create" when descriptions are thin.
+tells "rename" from "create" when descriptions are thin. The server's description (version 2)
+says what the tool's platform *is* ("Apache Airflow: workflow orchestration"), which a request
+often names instead of the tool ("every workflow on our scheduler"). It comes last, so when a long
+record is cut to the model's length it is the first thing to go.
 """
 
 from __future__ import annotations
@@ -34,11 +38,15 @@ class Tool(Protocol):
     examples: Sequence[str]
     input_schema: dict[str, Any] | None
 
-__all__ = ["RECORD_FORMAT_VERSION", "ELLIPSIS", "REQUEST_CUTS", "RequestFitter", "format_record", "record_text",
+__all__ = ["RECORD_FORMAT_VERSION", "READABLE_RECORD_VERSIONS", "ELLIPSIS", "REQUEST_CUTS", "RequestFitter", "format_record", "record_text",
            "truncate_at_word"]
 
-RECORD_FORMAT_VERSION = 1
+RECORD_FORMAT_VERSION = 2
 """Version of the text produced by :func:`format_record`; bump on any change to it."""
+
+READABLE_RECORD_VERSIONS = (1, 2)
+"""Model folders this package builds records for. Version 2 only added the optional server line:
+with ``server_description_chars=0`` it writes exactly version 1's text."""
 
 ELLIPSIS = "…"
 
@@ -94,6 +102,7 @@ def format_record(
     max_description_chars: int = 300,
     examples: int = 0,
     parameters: int = 0,
+    server_description_chars: int = 0,
 ) -> tuple[str, str]:
     """Build the (query_text, tool_text) pair the cross-encoder scores.
 
@@ -110,6 +119,7 @@ def format_record(
         max_description_chars: Budget for the description, ellipsis included (>= 2).
         examples: How many of the tool's example requests to append (0 = none).
         parameters: How many of the tool's input-schema parameter names to append (0 = none).
+        server_description_chars: Budget for the server's description line (0 = no line).
 
     Returns:
         ``(query_text, tool_text)``, ready for a cross-encoder's pair tokeniser.
@@ -150,6 +160,13 @@ def format_record(
         names = _parameter_names(getattr(tool, "input_schema", None))[:parameters]
         if names:
             tool_text += "\nParameters: " + ", ".join(names)
+    if server_description_chars:
+        if isinstance(server_description_chars, bool) or not isinstance(server_description_chars, int) \
+                or server_description_chars < 2:
+            raise ValueError(f"server_description_chars must be 0 or an int >= 2, got {server_description_chars!r}")
+        about = truncate_at_word(getattr(tool, "server_description", "") or "", server_description_chars)
+        if about:
+            tool_text += f"\nServer: {about}"
     return query_text, tool_text
 
 

@@ -36,7 +36,7 @@ from tokenizers import Encoding, Tokenizer
 
 from scorer.calibration import Calibration, CalibrationError
 from scorer.locations import RERANKER, models_root
-from scorer.record import RECORD_FORMAT_VERSION, REQUEST_CUTS, RequestFitter, format_record
+from scorer.record import READABLE_RECORD_VERSIONS, RECORD_FORMAT_VERSION, REQUEST_CUTS, RequestFitter, format_record
 
 if TYPE_CHECKING:
     from scorer.record import Tool
@@ -158,6 +158,7 @@ class ModelConfig:
     max_description_chars: int = 300
     examples: int = 0
     parameters: int = 0
+    server_description_chars: int = 0
     request_tokens: int = 0
     request_cut: str = "head_tail"
     calibration: Calibration = field(default_factory=Calibration)
@@ -186,11 +187,11 @@ class ModelConfig:
                 raise ScorerLoadError(f"{where}: missing or empty required key '{key}' (a string)")
         max_length = _require_int(raw, "max_length", where, minimum=4)
         fmt = _require_int(raw, "record_format_version", where, minimum=1)
-        if fmt != RECORD_FORMAT_VERSION:
+        if fmt not in READABLE_RECORD_VERSIONS:
             raise ScorerLoadError(
                 f"{where}: the model was trained on record format version {fmt}, but this toolrank "
-                f"builds version {RECORD_FORMAT_VERSION}; install the toolrank release that matches "
-                "the model, or retrain and re-export it with this one"
+                f"builds versions {', '.join(map(str, READABLE_RECORD_VERSIONS))}; install the toolrank "
+                "release that matches the model, or retrain and re-export it with this one"
             )
         record = raw.get("record") or {}
         if not isinstance(record, dict):
@@ -199,6 +200,10 @@ class ModelConfig:
         max_chars = _require_int(record, "max_description_chars", f"{where}, record", minimum=2, default=300)
         examples = _require_int(record, "examples", f"{where}, record", minimum=0, default=0)
         parameters = _require_int(record, "parameters", f"{where}, record", minimum=0, default=0)
+        server_chars = _require_int(record, "server_description_chars", f"{where}, record", minimum=0, default=0)
+        if server_chars == 1 or (server_chars and fmt < 2):
+            raise ScorerLoadError(f"{where}, record: 'server_description_chars' must be 0 or >= 2, and needs "
+                                  f"record format version 2 (this folder says {fmt}), got {server_chars}")
         request_tokens = _require_int(record, "request_tokens", f"{where}, record", minimum=0, default=0)
         if request_tokens and not 16 <= request_tokens < max_length:
             raise ScorerLoadError(f"{where}, record: 'request_tokens' must be 0 (no request budget) or "
@@ -224,6 +229,7 @@ class ModelConfig:
             max_description_chars=max_chars,
             examples=examples,
             parameters=parameters,
+            server_description_chars=server_chars,
             request_tokens=request_tokens,
             request_cut=request_cut,
             calibration=calibration,
@@ -524,7 +530,8 @@ class Scorer:
             request, need = self._fitter.fit(request, need)
         return [
             format_record(request, need, tool, max_description_chars=self.config.max_description_chars,
-                          examples=self.config.examples, parameters=self.config.parameters)
+                          examples=self.config.examples, parameters=self.config.parameters,
+                          server_description_chars=self.config.server_description_chars)
             for tool in tools
         ]
 

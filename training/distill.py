@@ -55,6 +55,8 @@ class TeacherList:
     query: str
     catalog: str                           # "mcp-zero" or "smithery"
     candidates: tuple[tuple[str, str, float], ...]   # (server, tool, p_yes)
+    day_one: bool = False                  # never trained with example requests in the record
+
 
     @property
     def has_fit(self) -> bool:
@@ -62,7 +64,11 @@ class TeacherList:
 
 
 def read_teacher(paths: Iterable[Path]) -> list[TeacherList]:
-    """Teacher lists from JSONL files (``{"id", "query", "catalog", "candidates": [{server, tool, p_yes}]}``)."""
+    """Teacher lists from JSONL files (``{"id", "query", "catalog", "candidates": [{server, tool, p_yes}]}``).
+
+    A list with ``"day_one": true`` (``training.question_lists``: its request is one of a tool's own
+    example requests) is always trained without example requests in the record.
+    """
     from retrieval.jsonl import split_lines
 
     out = []
@@ -73,7 +79,8 @@ def read_teacher(paths: Iterable[Path]) -> list[TeacherList]:
             try:
                 row = json.loads(line)
                 cands = tuple((c["server"], c["tool"], float(c["p_yes"])) for c in row["candidates"])
-                out.append(TeacherList(str(row["id"]), str(row["query"]), str(row.get("catalog", "mcp-zero")), cands))
+                out.append(TeacherList(str(row["id"]), str(row["query"]), str(row.get("catalog", "mcp-zero")), cands,
+                                       bool(row.get("day_one", False))))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{path}:{n}: not a teacher list ({exc})") from None
     return out
@@ -88,6 +95,12 @@ def check_train_only(lists: Sequence[TeacherList], split: dict[str, str]) -> Non
         if held:
             raise ValueError(f"teacher list {tl.id} has candidates on dev/test servers ({held[0]}, …): "
                              "remove them; dev and test servers are never trained on")
+
+
+def trains_with_examples(tl: TeacherList, draw: float, rate: float) -> bool:
+    """Whether this step's record for ``tl`` carries example requests: MCP-Zero lists only (Smithery
+    tools have none), a ``rate`` share of them (``draw`` is uniform in [0, 1)), never a day-one list."""
+    return tl.catalog == "mcp-zero" and not tl.day_one and draw < rate
 
 
 def list_loss(logits: Any, targets: Any, listwise_weight: float, temperature: float = 1.0) -> Any:
@@ -145,7 +158,8 @@ class Records:
         from scorer.record import RequestFitter
 
         self.fitter = RequestFitter(Tokenizer.from_str(tokenizer_json), args.request_tokens, args.request_cut)
-        self.fmt = dict(max_description_chars=args.max_description_chars, parameters=args.parameters)
+        self.fmt = dict(max_description_chars=args.max_description_chars, parameters=args.parameters,
+                        server_description_chars=args.server_description_chars)
         self.examples = args.examples
 
     def __call__(self, request: str, need: str | None, tools: Sequence[Any], with_examples: bool) -> list[tuple[str, str]]:
@@ -264,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--request-cut", default="head_tail", help="head_tail | end | start")
     p.add_argument("--max-description-chars", type=int, default=200)
     p.add_argument("--parameters", type=int, default=4, help="input-schema parameter names in the record")
+    p.add_argument("--server-description-chars", type=int, default=0,
+                   help="the server's description in the record, at most this many characters (0 = none)")
     p.add_argument("--examples", type=int, default=2, help="example requests in the record, where there are some")
     p.add_argument("--examples-rate", type=float, default=0.5, help="share of MCP-Zero lists trained with examples")
     p.add_argument("--max-candidates", type=int, default=0, help="judged candidates kept per list (0 = all)")
@@ -281,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dev-questions", type=int, default=150)
     p.add_argument("--dev-depth", type=int, default=30, help="hybrid candidates scored per dev question while training")
     p.add_argument("--eval-minutes", type=float, default=10.0)
+    p.add_argument("--noex-weight", type=float, default=1.0,
+                   help="weight of the day-one dev MRR against the with-examples one when choosing the checkpoint")
     p.add_argument("--freeze-embeddings", action="store_true",
                    help="keep the word embeddings fixed (faster steps; the tool vocabulary stays MiniLM's)")
     p.add_argument("--threads", type=int, default=2)
@@ -415,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             m = evaluate_dev(model, tok, records, tools, dev, a.max_length, depth=a.dev_depth)
             row.update({f"{dev.name}_{k}": round(v, 4) for k, v in m.items()})
         row["eval_seconds"] = round(time.time() - te, 1)
-        score = sum(row.get(f"{d.name}_mrr", 0.0) for d in devs) / max(1, len(devs))
+        weights = {d.name: (a.noex_weight if not d.with_examples else 1.0) for d in devs}
+        score = sum(weights[d.name] * row.get(f"{d.name}_mrr", 0.0) for d in devs) / max(1e-9, sum(weights.values()))
         row["score"] = round(score, 4)
         with curve_path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
@@ -445,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             judged = {(s, t) for s, t, _ in tl.candidates}
             deep = [c for c in pools.get(tl.id, [])[20:] if c not in judged]
             cands += [(s, t, 0.0) for s, t in srng.sample(deep, min(a.deep_negatives, len(deep)))]
-            with_ex = tl.catalog == "mcp-zero" and srng.random() < a.examples_rate
+            with_ex = trains_with_examples(tl, srng.random(), a.examples_rate)
             recs += records(tl.query, None, [tools.get(tl.catalog, s, t) for s, t, _ in cands], with_ex)
             targets.append(torch.tensor([c[2] for c in cands], dtype=torch.float32))
             sizes.append(len(cands))

@@ -369,7 +369,8 @@ def _train_args(source: str) -> dict[str, Any]:
         return {}
     raw = json.loads(path.read_text(encoding="utf-8"))
     found = {}
-    for key in ("max_length", "max_description_chars", "examples", "parameters", "request_tokens"):
+    for key in ("max_length", "max_description_chars", "examples", "parameters", "request_tokens",
+                "server_description_chars"):
         if raw.get(key) not in (None, "", "None"):
             found[key] = int(raw[key])
     if raw.get("request_cut"):
@@ -419,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         else trained.get("max_description_chars", 300),
         "examples": a.examples if a.examples is not None else trained.get("examples", 0),
         "parameters": trained.get("parameters", 0),
+        "server_description_chars": trained.get("server_description_chars", 0),
         "request_tokens": trained.get("request_tokens", 0),
         "request_cut": trained.get("request_cut", "head_tail"),
     }

@@ -26,6 +26,7 @@ class FakeTool:
     name: str
     description: str = ""
     examples: tuple[str, ...] = ()
+    server_description: str = ""
 
 
 def build_tokenizer():

@@ -110,7 +110,7 @@ def test_folder_contents_and_config(exported):
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left behind
     config = json.loads((folder / "config.json").read_text())
     assert config["name"] == "tiny" and config["version"] == "9.9.9"
-    assert config["max_length"] == MAX_LENGTH and config["record_format_version"] == 1
+    assert config["max_length"] == MAX_LENGTH and config["record_format_version"] == 2
     assert config["record"] == {"max_description_chars": 300, "examples": 0}
     assert config["quantization"] == {"kind": "dynamic", "weight_type": "QInt8", "per_channel": True,
                                       "reduce_range": True, "fp32_matmuls": "feed-forward output projections"}

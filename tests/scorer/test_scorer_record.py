@@ -7,8 +7,24 @@ import pytest
 from scorer.record import ELLIPSIS, RECORD_FORMAT_VERSION, format_record, record_text, truncate_at_word
 
 
-def test_version_is_one():
-    assert RECORD_FORMAT_VERSION == 1
+def test_version_is_two():
+    assert RECORD_FORMAT_VERSION == 2
+
+
+def test_server_line_comes_last_and_is_off_by_default(tool_cls):
+    tool = tool_cls("Airflow", "List DAGs", "List all DAGs.",
+                    server_description="Apache Airflow:   workflow orchestration\nand scheduling for data pipelines.")
+    _, plain = format_record("show every workflow on our scheduler", None, tool)
+    assert "Server:" not in plain                      # version 1's text when the budget is 0
+    _, text = format_record("show every workflow on our scheduler", None, tool, server_description_chars=60)
+    assert text == plain + "\nServer: Apache Airflow: workflow orchestration and scheduling for" + ELLIPSIS
+    with pytest.raises(ValueError, match="server_description_chars must be 0 or an int >= 2"):
+        format_record("q", None, tool, server_description_chars=1)
+
+
+def test_no_server_line_without_a_server_description(tool_cls):
+    _, text = format_record("q", None, tool_cls("S", "t", "Does t."), server_description_chars=100)
+    assert text == "Candidate tool: S / t: Does t."
 
 
 def test_record_without_need(tool_cls):

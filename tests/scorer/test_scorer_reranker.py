@@ -125,7 +125,8 @@ def test_bad_config_json(make_model_dir):
 @pytest.mark.parametrize("overrides, match", [
     ({"name": None}, "missing or empty required key 'name'"),
     ({"max_length": "128"}, "'max_length' must be an integer >= 4"),
-    ({"record_format_version": 2}, "record format version 2, but this toolrank builds version 1"),
+    ({"record_format_version": 3}, "record format version 3, but this toolrank builds versions 1, 2"),
+    ({"record": {"server_description_chars": 120}}, "needs record format version 2 \\(this folder says 1\\)"),
     ({"calibration": {"kind": "platt", "a": -1.0, "b": 0.0}}, "bad 'calibration'.*must be > 0"),
     ({"record": {"examples": -1}}, "'examples' must be an integer >= 0"),
     ({"truncation": "middle"}, "'truncation' must be one of"),

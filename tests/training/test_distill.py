@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.distill import TeacherList, check_train_only, list_loss, read_teacher  # noqa: E402
+from training.distill import TeacherList, check_train_only, list_loss, read_teacher, trains_with_examples  # noqa: E402
 from training.teacher_data import join  # noqa: E402
 
 
@@ -54,3 +54,17 @@ def test_join_maps_numbers_and_refuses_other_lists():
     rows, stats = join(lists, judged, "mcp-zero")
     assert [c["p_yes"] for c in rows[0]["candidates"]] == [0.0, 0.9]
     assert stats == {"lists": 3, "judged": 1, "missing": 1, "length_mismatch": 1}
+
+
+def test_day_one_lists_never_train_with_examples(tmp_path):
+    path = tmp_path / "t.jsonl"
+    rows = [{"id": "a", "query": "q", "candidates": [{"server": "S", "tool": "t", "p_yes": 1}]},
+            {"id": "b", "query": "an example request of S / t", "day_one": True,
+             "candidates": [{"server": "S", "tool": "t", "p_yes": 1}]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plain, day_one = read_teacher([path])
+    assert (plain.day_one, day_one.day_one) == (False, True)
+    assert trains_with_examples(plain, 0.1, 0.5) and not trains_with_examples(plain, 0.9, 0.5)
+    assert not trains_with_examples(day_one, 0.0, 1.0)      # its request is one of the tool's examples
+    smithery = TeacherList("c", "q", "smithery", (("S", "t", 1.0),))
+    assert not trains_with_examples(smithery, 0.0, 1.0)     # Smithery tools have no examples
