@@ -36,7 +36,7 @@ from tokenizers import Encoding, Tokenizer
 
 from scorer.calibration import Calibration, CalibrationError
 from scorer.locations import RERANKER, models_root
-from scorer.record import READABLE_RECORD_VERSIONS, RECORD_FORMAT_VERSION, REQUEST_CUTS, RequestFitter, format_record
+from scorer.record import READABLE_RECORD_VERSIONS, REQUEST_CUTS, RequestFitter, format_record
 
 if TYPE_CHECKING:
     from scorer.record import Tool
@@ -134,7 +134,7 @@ class ModelConfig:
         name: Model name, e.g. ``"toolrank-reranker-minilm"``.
         version: Model version string.
         max_length: Token budget of a (query, tool) pair, special tokens included.
-        record_format_version: The :data:`scorer.record.RECORD_FORMAT_VERSION` it was trained with.
+        record_format_version: The record format version it was trained with (one of :data:`scorer.record.READABLE_RECORD_VERSIONS`).
         max_description_chars: Description budget passed to :func:`scorer.record.format_record`.
         examples: How many example requests the record carries (where the tool has some).
         parameters: How many input-schema parameter names the record carries.
