@@ -57,7 +57,6 @@ class TeacherList:
     candidates: tuple[tuple[str, str, float], ...]   # (server, tool, p_yes)
     day_one: bool = False                  # never trained with example requests in the record
 
-
     @property
     def has_fit(self) -> bool:
         return max((p for _, _, p in self.candidates), default=0.0) >= 0.5

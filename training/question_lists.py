@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.evaluation.harness import load_queries
     from retrieval.index.embedded import ToolIndex
 
+    from .dataset import load_judgments
     from .pairs import DATA_DIR
     from .teacher_lists import split_catalog
 
@@ -80,15 +81,13 @@ def main(argv: list[str] | None = None) -> int:
                                  "target": (q.target.server, q.target.tool), "day_one": False})
     rng = random.Random(a.seed)
     for t in with_ex.tools:
-        for i, e in enumerate(rng.sample(list(t.examples), min(a.examples_per_tool, len(t.examples)))):
+        for e in rng.sample(list(t.examples), min(a.examples_per_tool, len(t.examples))):
             requests.append({"id": _id("xe", t.server, t.name, e), "query": e, "qid": None,
                              "target": (t.server, t.name), "day_one": True})
     judged: dict[str, dict[tuple[str, str], float]] = defaultdict(dict)
-    for line in (DATA_DIR / "judgments.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            j = json.loads(line)
-            judged[j["qid"]][(j["server"], j["tool"])] = float(j["p_yes"])
-    index = ToolIndex.build(split_catalog("train", with_examples=False), with_examples=False, show_progress=True)
+    for j in load_judgments():
+        judged[j["qid"]][(j["server"], j["tool"])] = float(j["p_yes"])
+    index = ToolIndex.build(with_ex.without_examples(), with_examples=False, show_progress=True)
     n_judged = 0
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.out.with_name(a.out.name + ".tmp")
