@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="order matters only for time: later runs reuse earlier runs' logits")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--score-top", type=int, default=None)
+    p.add_argument("--score-top", type=int, default=None,
+                   help="candidates the cross-encoder scores (default: the shipped Policy's; 0 = all of them)")
     p.add_argument("--thresholds", type=Path, default=ROOT / "benchmarks" / "results" / "thresholds_dev.json",
                    help="the dev threshold table (training/thresholds.py --json); read when the abstention run starts")
     a = p.parse_args(argv)
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
     public = load_or_build_default()
     indexes = {True: public, False: None}
+    a.score_top = Policy().score_top if a.score_top is None else (a.score_top or None)
     policy = Policy(score_top=a.score_top)
     for name in a.runs.split(","):
         t0 = time.time()
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n== {name}\n{format_report(out)}")
         out["seconds"] = round(time.time() - t0, 1)
         out["model"] = str(a.model)
+        out["score_top"] = a.score_top   # candidates the cross-encoder scored (None: all)
         (a.out / f"{name}.json").write_text(json.dumps(out, indent=1))
         print(f"[{name}: {out['seconds']} s, {len(scorer.cache)} cached pairs]", flush=True)
     return 0

@@ -12,7 +12,7 @@ each through ``toolrank eval`` (the product's own path):
   shipped ones (what ``toolrank index --write-examples`` gives a user's own servers);
 * ``none``: no example requests anywhere (day one without the generator).
 
-    python benchmarks/generated_examples.py [--queries test,independent] [--score-top 20]
+    python benchmarks/generated_examples.py [--queries test,independent] [--score-top 10]
 
 Prints a table (rank 1 / top 5 per stage) and the gap of ``generated`` to ``shipped``; writes
 ``benchmarks/results/generated_examples.json``.
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--queries", default="test,independent", help="comma-separated: test, independent")
     p.add_argument("--stages", default="hybrid,retrieval-confidence,scorer")
-    p.add_argument("--score-top", type=int, default=20)
+    p.add_argument("--score-top", type=int, default=10)
     p.add_argument("--conditions", default=",".join(CONDITIONS),
                    help="comma-separated: shipped, generated, none (shipped and none are also benchmarks/ablation.py's "
                         "test_ex and test_noex)")

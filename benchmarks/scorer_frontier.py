@@ -122,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 timed = Scorer.load(folder, threads=a.threads, cache_size=0, workers=workers)
                 for k in ks:
                     pipe = Pipeline(indexes["with examples"], timed, policy=Policy(score_top=k))
+                    if not pipe.confidence.uses_logit:   # the search would never call the scorer
+                        raise SystemExit(f"{folder}: no confidence model that reads the logit (combiner.json); "
+                                         "fit one first (training/calibrate.py), or the timing is retrieval's alone")
                     pipe.search(timing_q[0].query)
                     ms = []
                     for q in timing_q:

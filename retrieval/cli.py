@@ -86,7 +86,9 @@ def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top
     from .pipeline.decision import Policy
     from .pipeline.flow import load_pipeline
 
-    return load_pipeline(index, False if no_model else model, policy=Policy(score_top=score_top), threads=threads)
+    # --score-top absent: the shipped policy's (the one its confidence models were fitted at); 0: all
+    policy = Policy() if score_top is None else Policy().with_overrides(score_top=score_top) if score_top else Policy(score_top=None)
+    return load_pipeline(index, False if no_model else model, policy=policy, threads=threads)
 
 
 def cmd_index(a: argparse.Namespace) -> int:
@@ -271,7 +273,7 @@ def cmd_eval(a: argparse.Namespace) -> int:
         pipe = _pipeline(index, a.model, a.no_model, a.threads, a.score_top)
     # the same confidence model without the logit, fitted on dev
     retrieval_only = _pipeline(index, None, True, a.threads) if "retrieval-confidence" in stages else None
-    rerankers = pipeline_rerankers(stages, pipe, retrieval_only, a.score_top)
+    rerankers = pipeline_rerankers(stages, pipe, retrieval_only, pipe.policy.score_top if pipe else None)
     report = evaluate(index, queries, stages=stages, use_need=a.use_need, org_size=a.org_size, seed=a.seed,
                       rerankers=rerankers, show_progress=not a.json)
     if a.nofit and not a.abstain:
@@ -375,7 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--retrieval-only", action="store_true", help="print the fused top-k without scoring")
     s.add_argument("--explain", action="store_true")
     s.add_argument("--format", choices=["mcp", "openai", "anthropic"], default="mcp")
-    s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates")
+    s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates "
+                                                 "(default: the shipped policy's, 10; 0 = all)")
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
@@ -401,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=int, help="only the first N queries")
     s.add_argument("--sample", type=int, help="a seeded random sample of N queries (e.g. 500 train questions)")
     s.add_argument("--threads", type=int, default=2)
-    s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates (fast variant)")
+    s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates "
+                                                 "(default: the shipped policy's, 10; 0 = all)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_eval)
 

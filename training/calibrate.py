@@ -235,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         features = tuple(f for f in features if f in chosen)
     kind = "without" if a.no_examples else "with"
     model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes "
-                                                         f"{sorted(set(col.modes))}, index {kind} example requests")
+                                                         f"{sorted(set(col.modes))}, index {kind} example requests"
+                                                         + (f", logits of the first {a.score_top} candidates"
+                                                            if scorer is not None and a.score_top else ""))
     if cal_modes:
         model = replace(model, list_calibration=fit_list_calibration(model, col.subset(cal_modes)))
     out = (a.model / combiner_file(not a.no_examples)) if a.model else default_confidence_path(not a.no_examples)

@@ -398,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     if prior_args and prior_args.exists():
         earlier = json.loads(prior_args.read_text())
         point = earlier.get("checkpoint", {})
+        if not point and "progress" in earlier:   # a last/ folder written before it carried its totals
+            point = {"pairs": earlier["progress"]["pairs"], "train_minutes": earlier["progress"]["train_seconds"] / 60}
         prior = {"pairs": point.get("total_pairs", point.get("pairs", 0)),
                  "train_minutes": point.get("total_train_minutes", point.get("train_minutes", 0.0))}
     budget = a.minutes * 60 if a.minutes else math.inf
@@ -488,7 +490,10 @@ def main(argv: list[str] | None = None) -> int:
             log.info("time budget of %.0f minutes spent at step %d", a.minutes, step + 1)
             break
     checkpoint(final=True)
-    _save_model(a.out / "last", model, tok, a, {"progress": progress})
+    # the totals since the first stage, so a next stage started from last/ counts on from them
+    _save_model(a.out / "last", model, tok, a, {"progress": progress, "checkpoint": {
+        "step": progress["step"], "total_pairs": prior["pairs"] + progress["pairs"],
+        "total_train_minutes": round(prior["train_minutes"] + progress["train_seconds"] / 60, 2)}})
     (a.out / "best" / "train_args.json").write_text(json.dumps(
         {**json.loads((a.out / "best" / "train_args.json").read_text()),
          "training_data_hash": trained_data_hash(*a.teacher), "wall_seconds": round(time.time() - t0)}, indent=1))

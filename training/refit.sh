@@ -6,7 +6,7 @@
 #
 #   training/refit.sh models/toolrank-reranker
 #
-# SCORE_TOP (default 20): candidates the cross-encoder scores, as the shipped Policy does;
+# SCORE_TOP (default 10): candidates the cross-encoder scores, as the shipped Policy does;
 # CAL_QUESTIONS (default 400): dev questions the confidence models are fitted on;
 # CAL_FEATURES_NOEX (default: all): --features of the day-one confidence model (training/calibrate.py);
 # RUNS: benchmarks/ablation.py runs (default: every test figure of docs/results.md).
@@ -16,7 +16,7 @@ export HF_HUB_OFFLINE=1
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 nofit="$here/data/nofit.jsonl"
-top="${SCORE_TOP:-20}"
+top="${SCORE_TOP:-10}"
 limit="${CAL_QUESTIONS:-400}"
 runs="${RUNS:-test_ex,test_noex,independent_ex,independent_noex,test_nofit,test_abstain}"
 noex_features=()

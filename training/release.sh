@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Turn a distillation run into a shipped model folder, end to end:
 #   full-precision weights kept (safetensors, fp16) -> export (int8, 7-bit weights) ->
-#   int8-vs-fp32 gate on dev lists -> exact-integer check -> frontier on dev (speed x quality) ->
-#   confidence models, proceed threshold and every test figure (training/refit.sh).
+#   int8-vs-fp32 gate on dev lists -> exact-integer check -> confidence models, proceed threshold and
+#   every test figure (training/refit.sh) -> frontier on dev (speed x quality).
 #
 #   training/release.sh runs/ce-long/best models/toolrank-reranker [extra export flags]
 #
@@ -46,8 +46,9 @@ fp32=$(mktemp -d)/fp32
 python -m training.export "$src" "$fp32" --quantize none --name fp32-reference "$@"
 python -m training.int8 gate "$fp32" "$out" --out "$out/int8_gate.json"
 python -m training.int8 check "$out" > /dev/null
-# 4. The frontier on dev (speed x quality).
+# 4. Confidence models, the proceed threshold and every test figure.
+"$here/refit.sh" "$out"
+# 5. The frontier on dev (speed x quality). After the refit: a whole search calls the scorer only
+#    through a confidence model that reads its logit, and the export left the folder without one.
 python "$root/benchmarks/scorer_frontier.py" --model "$out" --n "$frontier_n" --timing 30 "${frontier[@]}" --json "$results/frontier_dev.json" \
     | tee "$results/frontier_dev.txt"
-# 5. Confidence models, the proceed threshold and every test figure.
-"$here/refit.sh" "$out"

@@ -41,7 +41,7 @@ def test_score_top_must_be_positive():
     with pytest.raises(ValueError, match="got -3"):
         Policy(score_top=-3)
     assert Policy(score_top=1).score_top == 1 and Policy(score_top=None).score_top is None
-    assert Policy().score_top == 20   # the shipped operating point
+    assert Policy().score_top == 10   # the shipped operating point
 
 
 def test_only_the_first_fused_candidates_are_scored(index):
@@ -89,3 +89,12 @@ def test_score_top_none_scores_all(index):
     scorer.sizes.clear()
     pipe.probabilities(REQUEST, None, hits, score_top=50)
     assert scorer.sizes == [8]
+
+
+def test_the_cli_scores_what_the_shipped_policy_scores(index):
+    """`toolrank search/eval` without --score-top use the policy the confidence models were fitted at."""
+    from retrieval.cli import _pipeline
+
+    assert _pipeline(index, None, True, 1).policy.score_top == Policy().score_top
+    assert _pipeline(index, None, True, 1, 5).policy.score_top == 5
+    assert _pipeline(index, None, True, 1, 0).policy.score_top is None   # 0: every candidate
