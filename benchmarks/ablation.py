@@ -27,7 +27,7 @@ from retrieval.evaluation.abstention import (abstention_report, format_abstentio
                                              nofit_report, plot_coverage_risk)
 from retrieval.evaluation.harness import evaluate, format_report, load_queries, pipeline_rerankers  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
-from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.decision import Policy, score_top_flag  # noqa: E402
 from retrieval.pipeline.flow import Pipeline  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
     public = load_or_build_default()
     indexes = {True: public, False: None}
-    a.score_top = Policy().score_top if a.score_top is None else (a.score_top or None)
+    a.score_top = score_top_flag(a.score_top)
     policy = Policy(score_top=a.score_top)
     for name in a.runs.split(","):
         t0 = time.time()

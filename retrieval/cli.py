@@ -83,12 +83,11 @@ def _index_from(a: argparse.Namespace):
 
 
 def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top: int | None = None):
-    from .pipeline.decision import Policy
+    from .pipeline.decision import Policy, score_top_flag
     from .pipeline.flow import load_pipeline
 
-    # --score-top absent: the shipped policy's (the one its confidence models were fitted at); 0: all
-    policy = Policy() if score_top is None else Policy().with_overrides(score_top=score_top) if score_top else Policy(score_top=None)
-    return load_pipeline(index, False if no_model else model, policy=policy, threads=threads)
+    return load_pipeline(index, False if no_model else model, policy=Policy(score_top=score_top_flag(score_top)),
+                         threads=threads)
 
 
 def cmd_index(a: argparse.Namespace) -> int:

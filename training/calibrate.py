@@ -40,6 +40,7 @@ from retrieval.catalog.eligibility import Eligibility
 from retrieval.evaluation.harness import Query, load_queries
 from retrieval.index.embedded import ToolIndex
 from retrieval.pipeline.confidence import first_logits
+from retrieval.pipeline.decision import score_top_flag
 from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
 log = logging.getLogger("toolrank.calibrate")
@@ -199,12 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nofit", type=Path, help="requests written to have no tool (training/data/nofit.jsonl): "
                    "their lists join the first stage's fit as mode 'nofit'")
     p.add_argument("--nofit-split", default="train", help="which split of --nofit to fit on (default: train)")
-    p.add_argument("--score-top", type=int, help="score only the first N candidates, as the pipeline's policy does")
+    p.add_argument("--score-top", type=int, help="score only the first N candidates, as the pipeline's policy does "
+                   "(default: the shipped policy's; 0 = all)")
     p.add_argument("--features", help="comma-separated subset of the confidence features to fit on "
                    "(default: all of them; e.g. leave out the dense encoder's for a model that leans on the logit)")
     p.add_argument("--calibrate-on", default="request,need",
                    help="lists the second stage (list calibration) is fitted on; 'none' to skip it")
     a = p.parse_args(argv)
+    a.score_top = score_top_flag(a.score_top)
     modes, cal_modes = _modes(p, "--modes", a.modes), _modes(p, "--calibrate-on", a.calibrate_on, allow_none=True)
     if not set(cal_modes) <= set(modes):
         p.error(f"--calibrate-on {','.join(cal_modes)} must be among --modes {','.join(modes)}")

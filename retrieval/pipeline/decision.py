@@ -71,6 +71,14 @@ class Policy:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def score_top_flag(n: int | None) -> int | None:
+    """A command's ``--score-top``: absent, the shipped policy's (the candidates its confidence models
+    were fitted on); 0, every candidate; otherwise N (validated by :class:`Policy`)."""
+    if n is None:
+        return Policy().score_top
+    return Policy(score_top=n or None).score_top
+
+
 @dataclass(frozen=True)
 class Decided:
     """What :func:`decide_search` concluded for one search."""

@@ -98,3 +98,12 @@ def test_the_cli_scores_what_the_shipped_policy_scores(index):
     assert _pipeline(index, None, True, 1).policy.score_top == Policy().score_top
     assert _pipeline(index, None, True, 1, 5).policy.score_top == 5
     assert _pipeline(index, None, True, 1, 0).policy.score_top is None   # 0: every candidate
+
+
+def test_score_top_flag():
+    from retrieval.pipeline.decision import score_top_flag
+
+    assert score_top_flag(None) == Policy().score_top
+    assert score_top_flag(0) is None and score_top_flag(7) == 7
+    with pytest.raises(ValueError, match="got -1"):
+        score_top_flag(-1)
