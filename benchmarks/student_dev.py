@@ -27,28 +27,17 @@ def ranks(folder: Path, dev, depth: int, tools, threads: int) -> list[int]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     import training.modeling  # noqa: F401  (the mean-pooling model class)
-    from training.distill import Records, forward
+    from training.distill import Records, dev_ranks
 
     torch.set_num_threads(threads)
     args = json.loads((folder / "train_args.json").read_text())
-    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(folder)
     ns = SimpleNamespace(**{k: args.get(k, d) for k, d in (("request_tokens", 64), ("request_cut", "head_tail"),
                                                          ("max_description_chars", 200), ("parameters", 4),
                                                          ("server_description_chars", 0), ("examples", 2))})
     records = Records(tok.backend_tokenizer.to_str(), ns)
-    out = []
-    with torch.no_grad():
-        for row in dev.rows:
-            cands = [tuple(c) for c in row["candidates"][:depth]]
-            target = tuple(row["target"])
-            if target not in cands:
-                out.append(0)
-                continue
-            recs = records(row["query"], None, [tools.get("mcp-zero", s, t) for s, t in cands], dev.with_examples)
-            z = forward(model, tok, recs, args.get("max_length", 128), 64).numpy()
-            out.append(1 + int((z > z[cands.index(target)]).sum()))
-    return out
+    return dev_ranks(model, tok, records, tools, dev, args.get("max_length", 128), depth)
 
 
 def summary(r: list[int]) -> dict[str, float]:

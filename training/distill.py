@@ -203,29 +203,36 @@ def load_dev(path: Path, n: int, seed: int, with_examples: bool) -> DevSet:
     return DevSet(path.stem, with_examples, rows[:n] if n else rows)
 
 
-def evaluate_dev(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet, max_length: int,
-                 depth: int = 100, micro: int = 64) -> dict[str, float]:
-    """MRR / rank-1 / top-5 of the logit alone over the hybrid's ``depth`` candidates."""
+def dev_ranks(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet, max_length: int,
+              depth: int = 100, micro: int = 64) -> list[int]:
+    """The right tool's rank by the logit alone over the hybrid's ``depth`` candidates, per dev
+    question (0 where retrieval missed it)."""
     import torch
 
+    was_training = model.training
     model.eval()
-    rr, top1, top5 = [], 0, 0
+    ranks = []
     with torch.no_grad():
         for row in dev.rows:
             cands = [tuple(c) for c in row["candidates"][:depth]]
             target = tuple(row["target"])
             if target not in cands:
-                rr.append(0.0)
+                ranks.append(0)
                 continue
             recs = records(row["query"], None, [tools.get("mcp-zero", s, t) for s, t in cands], dev.with_examples)
             z = forward(model, tok, recs, max_length, micro).numpy()
-            rank = 1 + int((z > z[cands.index(target)]).sum())
-            rr.append(1.0 / rank)
-            top1 += rank == 1
-            top5 += rank <= 5
-    model.train()
-    n = max(1, len(dev.rows))
-    return {"mrr": sum(rr) / n, "top1": top1 / n, "top5": top5 / n}
+            ranks.append(1 + int((z > z[cands.index(target)]).sum()))
+    model.train(was_training)
+    return ranks
+
+
+def evaluate_dev(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet, max_length: int,
+                 depth: int = 100, micro: int = 64) -> dict[str, float]:
+    """MRR / rank-1 / top-5 of the logit alone over the hybrid's ``depth`` candidates."""
+    ranks = dev_ranks(model, tok, records, tools, dev, max_length, depth, micro)
+    n = max(1, len(ranks))
+    return {"mrr": sum(1.0 / r for r in ranks if r) / n, "top1": sum(r == 1 for r in ranks) / n,
+            "top5": sum(1 <= r <= 5 for r in ranks) / n}
 
 
 def _save_state(out: Path, model: Any, tok: Any, opt: Any, sched: Any, state: dict) -> None:
