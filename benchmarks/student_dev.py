@@ -27,17 +27,18 @@ def ranks(folder: Path, dev, depth: int, tools, threads: int) -> list[int]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     import training.modeling  # noqa: F401  (the mean-pooling model class)
-    from training.distill import Records, dev_ranks
+    from training.distill import Records, build_parser, dev_ranks
 
     torch.set_num_threads(threads)
-    args = json.loads((folder / "train_args.json").read_text())
+    # the record the student was trained on; a setting its train_args.json predates takes distill's default
+    trained, defaults = json.loads((folder / "train_args.json").read_text()), build_parser()
+    args = SimpleNamespace(**{k: trained.get(k, defaults.get_default(k)) for k in (
+        "max_length", "request_tokens", "request_cut", "max_description_chars", "parameters",
+        "server_description_chars", "examples")})
     model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=1, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(folder)
-    ns = SimpleNamespace(**{k: args.get(k, d) for k, d in (("request_tokens", 64), ("request_cut", "head_tail"),
-                                                         ("max_description_chars", 200), ("parameters", 4),
-                                                         ("server_description_chars", 0), ("examples", 2))})
-    records = Records(tok.backend_tokenizer.to_str(), ns)
-    return dev_ranks(model, tok, records, tools, dev, args.get("max_length", 128), depth)
+    records = Records(tok.backend_tokenizer.to_str(), args)
+    return dev_ranks(model, tok, records, tools, dev, args.max_length, depth)
 
 
 def summary(r: list[int]) -> dict[str, float]:
