@@ -367,7 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("search", help="find the tools for one request")
     s.add_argument("request")
-    s.add_argument("--need")
+    s.add_argument("--need", help="the best answer comes with it: one line, as the calling agent would write it "
+                                   "before seeing any tool, of the action the tool must perform and its object "
+                                   "(e.g. 'list open pull requests in a repository')")
     _add_index_source(s)
     s.add_argument("--server", action="append", help="restrict to this server (repeat; names may contain commas)")
     s.add_argument("-k", type=int, default=None, help="tools to return (default: policy, 10; 100 with --retrieval-only)")

@@ -60,21 +60,21 @@ TOKEN_ENV = "TOOLRANK_MCP_TOKEN"
 # The descriptions are prompts: the calling model reads them to decide when and how to use the
 # tools. Keep them within the budget tested in tests/mcp/test_mcp_server.py.
 _FIND_INTRO = (
-    "Find the tools for a task among all the tools of the user's MCP servers (they are not listed "
-    "here). Call it whenever you need a tool you do not have: once per distinct action of a "
-    "multi-step task.\n\n"
-    "Pass `request`: the user's words, unchanged. Optionally `need`: one line, in your words, of the "
-    "action the tool must perform.\n\n"
-    "`decision` says what to do next:\n"
-    "- proceed: `tools` holds candidates, best first, each with its inputSchema, a calibrated "
-    "`probability` that it does the action, and a `reason`. ")
-_FIND_RUN_GATEWAY = ("Run the one that fits with call_tool(server, tool, arguments), arguments following "
-                     "its inputSchema.\n")
-_FIND_RUN_DIRECT = "Call the one that fits on its `server`, arguments following its inputSchema.\n"
+    "Find the tools for a task among all the user's MCP servers' tools (not listed here). Call it "
+    "whenever you need a tool you lack, once per distinct action.\n\n"
+    "Pass `request`: the user's words, unchanged; and `need`: one line you write before seeing any "
+    "tool, the action and its object (\"create a calendar event\"); a platform only if the user named it.\n\n"
+    "`decision`:\n"
+    "- proceed: `tools`, best first, each with inputSchema, a calibrated `probability` and a `reason`. ")
+_FIND_RUN_GATEWAY = "Run the one that fits with call_tool(server, tool, arguments).\n"
+_FIND_RUN_DIRECT = "Call the one that fits on its `server`.\n"
 _FIND_OUTRO = (
-    "- search_again: nothing clearly fits. Call find_tools once more with a sharper `need` and attempt=2.\n"
-    "- no_fit: no connected tool can do it. Tell the user; `connect` names servers they could add.\n\n"
-    "Use only tools this returns; never guess tool names or arguments.")
+    "- search_again: nothing clearly fits yet. Call again with attempt=2 and a sharper `need` "
+    "(exact operation, object, what comes back).\n"
+    "- choose: `tools` may fit, none clearly does: read them and use the one that does what was asked, "
+    "or ask the user.\n"
+    "- no_fit: no connected tool can do it; tell the user (`connect` names servers to add).\n\n"
+    "Use only tools this returns; never guess names or arguments.")
 DESCRIBE_DESCRIPTION = (
     "Get the whole definition (description and inputSchema) of one tool that find_tools returned "
     "shortened; its `truncated` field says what was cut. Give `server` and `tool` as find_tools named them.")
@@ -89,12 +89,12 @@ FIND_SCHEMA: dict[str, Any] = {
     "properties": {
         "request": {"type": "string", "minLength": 1, "maxLength": MAX_REQUEST_CHARS,
                     "description": "The user's request, as they wrote it."},
-        "need": {"type": "string", "maxLength": MAX_NEED_CHARS,
-                 "description": "Optional: one line, in your words, of the action the tool must perform."},
+        "need": {"type": "string", "minLength": 1, "maxLength": MAX_NEED_CHARS,
+                 "description": "Your one line: the action the tool must perform and its object. Sharper on attempt 2."},
         "attempt": {"type": "integer", "enum": [1, 2],
                     "description": "2 when searching again after a search_again answer."},
     },
-    "required": ["request"],
+    "required": ["request", "need"],
 }
 CALL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -251,8 +251,9 @@ def find_payload(result: "SearchResult | None", *, gateway: Gateway) -> dict[str
                       "probability": round(float(t.probability), 3), "reason": one_line_reason(t)})
     message = result.message
     if result.decision == "search_again":
-        message = (f"Best match {result.best_probability:.2f}: no tool clearly fits. Call find_tools again "
-                   "with attempt=2 and a sharper `need` (the action the tool must perform).")
+        message = (f"Best match {result.best_probability:.2f}: no tool clearly fits yet; these are the best so far. "
+                   "Call find_tools again with attempt=2 and a sharper `need` (the exact operation, its object "
+                   "and what should come back).")
     out = {"decision": result.decision, "message": message, "tools": tools}
     if bound_tools(tools):
         out["note"] = (f"Some definitions were shortened to keep this answer small (see each tool's `truncated`); "

@@ -33,7 +33,7 @@ MAX_EXAMPLES = 50
 # and one more so that a schema one level too deep is reported against the schema's own limit.
 MAX_BODY_DEPTH = MAX_SCHEMA_DEPTH + 4
 
-Decision = Literal["proceed", "search_again", "no_fit"]
+Decision = Literal["proceed", "search_again", "choose", "no_fit"]
 _VERSION_TEXT = ("The catalog version that answered, as the caller sees it: for an admin (or a tenant allowed every "
                  "server) the store's version number; for a tenant restricted to some servers an opaque number "
                  "that changes when, and only when, something it can see changes (compare it for equality only).")
@@ -158,9 +158,13 @@ class SearchRequest(_Asking):
                          description="The user's request, as written.",
                          examples=["open a bug about the login page crashing"])
     need: str | None = Field(None, max_length=MAX_NEED_CHARS,
-                             description="Optional: what the assistant is looking for, in one line "
-                                         "(a second search usually sends a sharper one).",
-                             examples=["a tool that files an issue in a repository"])
+                             description="The way to the best answer: one line, written by the calling agent "
+                                         "before it has seen any tool, of the action the tool must perform and "
+                                         "its object (the platform only if the user named it). It is searched "
+                                         "as a query of its own beside the request, never instead of it. A "
+                                         "second search sends a sharper one. Optional: without it the request "
+                                         "is searched alone.",
+                             examples=["file a bug report in a code repository's issue tracker"])
     k: int | None = Field(None, ge=1, le=MAX_K,
                           description=f"At most this many tools (1 to {MAX_K}); default: the service's policy.",
                           examples=[5])
@@ -168,6 +172,9 @@ class SearchRequest(_Asking):
     explain: bool = Field(False, description="Add why each tool was chosen (retrieval ranks, scores).")
     format: Format = Field("mcp", description="Shape of each tool definition: MCP, OpenAI or Anthropic tools.",
                            examples=["mcp"])
+    legacy_decisions: bool = Field(False, description="For clients written for 0.6 and earlier, which know only "
+                                   "proceed, search_again and no_fit: a `choose` answer comes back as `proceed`, "
+                                   "with the same tools and message.")
 
 
 class ToolResult(BaseModel):
@@ -190,7 +197,9 @@ class TokenFigures(BaseModel):
 
 class SearchResponse(BaseModel):
     decision: Decision = Field(description="proceed: use the tools; search_again: retry once with a sharper "
-                                           "need; no_fit: none of the caller's tools fits.",
+                                           "need (the tools are the best so far); choose (second search only): "
+                                           "the tools may fit but none clearly does: read their definitions and "
+                                           "pick, or ask the user; no_fit: none of the caller's tools fits.",
                                examples=["proceed"])
     attempt: int = Field(ge=1, description="1 for a first search, 2 for the retry.", examples=[1])
     best_probability: float = Field(ge=0.0, le=1.0, description="Highest decision probability among the tools.",

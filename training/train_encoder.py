@@ -47,7 +47,8 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: int = 13) -> list[dict]:
-    """(anchor, positive card, tool key) rows from train servers only."""
+    """(anchor, positive card, tool key) rows from train servers only (``need_rate``: the share of
+    questions whose author-written need joins the request; 0 when blind needs are trained apart)."""
     from retrieval.catalog.formats import load_default_catalog
     from retrieval.catalog.model import ToolId
     from retrieval.index.embedded import ToolIndex
@@ -73,6 +74,70 @@ def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: 
         for ex in tool.examples[:examples_per_tool]:
             if ex.strip():
                 rows.append({"anchor": ex, "positive": card, "key": str(tool.id)})
+    rng.shuffle(rows)
+    return rows
+
+
+def load_needs(path: Path | None = None) -> dict[str, dict]:
+    """Blind needs by question id (``training/data/needs_blind.jsonl``): ``{"need", "need2"?, "voice"}``
+    written by agents that saw only the request (training/data/NEEDS_CARD.md)."""
+    from .pairs import load_jsonl
+
+    path = Path(path or DATA / "needs_blind.jsonl")
+    return {r["id"]: r for r in load_jsonl(path)} if path.is_file() else {}
+
+
+def need_pairs(needs: dict[str, dict], *, seed: int = 13) -> list[dict]:
+    """(anchor, positive card) rows for the need channel, train servers only: the blind need alone
+    (what the need's own dense list embeds) and the request with the need joined (the request's list
+    when a need is given). The author-written needs of questions.jsonl are never used."""
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.model import ToolId
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.text import tool_passages
+
+    from .pairs import load_jsonl, load_split
+
+    split = load_split()
+    cat = load_default_catalog()
+    rows: list[dict] = []
+    for q in load_jsonl(DATA / "questions.jsonl"):
+        n = needs.get(q["id"])
+        if split.get(q["server"]) != "train" or not n or not n.get("need"):
+            continue
+        card = tool_passages(cat[ToolId(q["server"], q["tool"])], with_examples=False)[0]
+        rows.append({"anchor": n["need"], "positive": card})
+        rows.append({"anchor": ToolIndex.query_text(q["query"], n["need"]), "positive": card})
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
+def corpus_rows(names: Sequence[str], *, per_corpus: int = 1500, seed: int = 13) -> list[dict]:
+    """(anchor, positive card, hard-negative card) rows from other writers' corpora (``train`` use only):
+    each request against its main tool, with the corpus' best BM25 look-alike that is not labelled as
+    the hard negative; at most ``per_corpus`` rows from each, so no corpus dominates."""
+    from retrieval.catalog.corpora import CORPORA, load_corpus
+    from retrieval.index.bm25 import BM25Index
+    from retrieval.index.text import tool_document, tool_passages
+
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    for name in names:
+        if CORPORA[name].use != "train":
+            raise ValueError(f"corpus {name!r} is for {CORPORA[name].use} only, never for training")
+        corpus = load_corpus(name)
+        tools = corpus.catalog.tools
+        row_of = {t.id: i for i, t in enumerate(tools)}
+        bm25 = BM25Index.build([tool_document(t, with_examples=False) for t in tools])
+        qs = list(corpus.questions)
+        rng.shuffle(qs)
+        for q in qs[:per_corpus]:
+            labelled = {row_of[t] for t in q.lenient_targets}
+            cand, _ = bm25.search(q.query, 20)
+            negs = [int(r) for r in cand if int(r) not in labelled]
+            neg = negs[0] if negs else rng.choice([i for i in range(len(tools)) if i not in labelled] or [0])
+            rows.append({"anchor": q.query, "positive": tool_passages(tools[row_of[q.target]], with_examples=False)[0],
+                         "negative": tool_passages(tools[neg], with_examples=False)[0]})
     rng.shuffle(rows)
     return rows
 
@@ -178,21 +243,29 @@ def rank_metrics(prefix: str, ranks: Sequence[float], *, r20: bool = True) -> di
 
 
 def stage_metrics(index: Any, encoder: Any, questions: Sequence[tuple[str, set]], *, prefix: str = "",
-                  r20: bool = True) -> dict[str, float]:
-    """Dense and hybrid metrics of ``questions`` ((request, the tool ids that count as a hit)) over ``index``."""
-    qvecs = encoder.encode([q for q, _ in questions], batch_size=64)
+                  r20: bool = True, needs: Sequence[str | None] | None = None) -> dict[str, float]:
+    """Dense and hybrid metrics of ``questions`` ((request, the tool ids that count as a hit)) over ``index``;
+    with ``needs`` (one per question), each searched with its need as the index searches it."""
+    needs = list(needs) if needs is not None else [None] * len(questions)
+    qvecs = encoder.encode([index.request_text(q, n) for (q, _), n in zip(questions, needs)], batch_size=64)
+    with_need = [i for i, n in enumerate(needs) if index.need_text(n)]
+    nvecs = dict(zip(with_need, encoder.encode([index.need_text(needs[i]) for i in with_need], batch_size=64))) \
+        if with_need else {}
     out: dict[str, float] = {}
     for stage in ("dense", "hybrid"):
         ranks = []
-        for (q, ok), v in zip(questions, qvecs):
-            ids = [h.tool_id for h in index.retrieve(q, None, None, k=100, stage=stage, query_vector=v)]
+        for i, ((q, ok), v) in enumerate(zip(questions, qvecs)):
+            ids = [h.tool_id for h in index.retrieve(q, needs[i], None, k=100, stage=stage, query_vector=v,
+                                                     need_vector=nvecs.get(i))]
             ranks.append(next((i + 1 for i, t in enumerate(ids) if t in ok), math.inf))
         out.update(rank_metrics(prefix + stage, ranks, r20=r20))
     return out
 
 
-def evaluate(encoder: Any, questions: list[dict], *, with_examples: bool = False, prefix: str = "") -> dict[str, float]:
-    """Dense and hybrid rank 1 / top 5 / recall@20 / MRR over the whole catalog, request alone.
+def evaluate(encoder: Any, questions: list[dict], *, with_examples: bool = False, prefix: str = "",
+             needs: dict[str, dict] | None = None) -> dict[str, float]:
+    """Dense and hybrid rank 1 / top 5 / recall@20 / MRR over the whole catalog, request alone, and with
+    ``needs`` also with each question's blind need (keys ``need_dense_*``, ``need_hybrid_*``).
 
     ``encoder``: anything with the index's ``Encoder`` protocol (``TorchEncoder`` while training,
     ``OnnxEncoder`` for an exported folder)."""
@@ -201,8 +274,41 @@ def evaluate(encoder: Any, questions: list[dict], *, with_examples: bool = False
     from retrieval.index.embedded import ToolIndex
 
     index = ToolIndex(load_default_catalog(with_examples=with_examples), encoder, with_examples=with_examples)
-    return stage_metrics(index, encoder, [(q["query"], {ToolId(q["server"], q["tool"])}) for q in questions],
-                         prefix=prefix)
+    qs = [(q["query"], {ToolId(q["server"], q["tool"])}) for q in questions]
+    out = stage_metrics(index, encoder, qs, prefix=prefix)
+    if needs:
+        have = [i for i, q in enumerate(questions) if needs.get(q["id"], {}).get("need")]
+        out.update(stage_metrics(index, encoder, [qs[i] for i in have], prefix=prefix + "need_",
+                                 needs=[needs[questions[i]["id"]]["need"] for i in have]))
+    return out
+
+
+class CorporaDev:
+    """Held-out corpora of other writers (``dev`` use): each its own catalog (no examples), its requests
+    the questions, any labelled tool a hit (lenient); at most ``n`` requests of each."""
+
+    def __init__(self, names: Sequence[str], n: int = 200, seed: int = 13):
+        from retrieval.catalog.corpora import CORPORA, load_corpus
+
+        self.sets = []
+        for name in names:
+            if CORPORA[name].use != "dev":
+                raise ValueError(f"corpus {name!r} is a training corpus, not a held-out one")
+            c = load_corpus(name)
+            qs = list(c.questions)
+            random.Random(seed).shuffle(qs)
+            self.sets.append((name, c.catalog, [(q.query, q.lenient_targets) for q in qs[:n]]))
+
+    def evaluate(self, encoder: Any) -> dict[str, float]:
+        from retrieval.index.embedded import ToolIndex
+
+        out: dict[str, float] = {}
+        for name, catalog, qs in self.sets:
+            index = ToolIndex(catalog, encoder, with_examples=False)
+            out.update(stage_metrics(index, encoder, qs, prefix=f"{name}_", r20=False))
+        if self.sets:
+            out["corpora_hybrid_mrr"] = round(sum(out[f"{n}_hybrid_mrr"] for n, _, _ in self.sets) / len(self.sets), 4)
+        return out
 
 
 class SmitheryDev:
@@ -262,6 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-minutes", type=float, default=8.0, help="measure on dev every this many minutes (0 = only at the end)")
     p.add_argument("--save-steps", type=int, default=100, help="resumable checkpoint every N steps")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    p.add_argument("--needs", type=Path, help="blind needs JSONL (training/data/needs_blind.jsonl): trains the need "
+                   "channel on train questions and measures dev with them; the author-written needs are then unused")
+    p.add_argument("--corpora", nargs="*", default=[], help="other writers' training corpora (retrieval.catalog.corpora, "
+                   "use 'train' only), e.g. seal_tools nestools acebench nestful tooltalk")
+    p.add_argument("--per-corpus", type=int, default=1500, help="rows from each training corpus at most")
+    p.add_argument("--corpora-dev", nargs="*", default=[], help="held-out corpora measured every evaluation "
+                   "(use 'dev'), e.g. api_bank restbench mcptoolbenchpp; the checkpoint is chosen on the mean over writers")
     p.add_argument("--smithery-dev-percent", type=int, default=15,
                    help="Smithery servers held out (by name hash) as a second dev set; 0 = none")
     return p
@@ -302,8 +415,22 @@ def main(argv: list[str] | None = None) -> int:
         trows = trows[: a.max_pairs] if a.max_pairs else trows
         log.info("teacher rows: %d (%s)", len(trows), stats)
         parts["teacher"] = Dataset.from_dict({k: [r[k] for r in trows] for k in ("anchor", "positive", "negative")})
+    needs = load_needs(a.needs) if a.needs else {}
+    if a.needs and not needs:
+        print(f"error: --needs {a.needs}: no needs read", file=sys.stderr)
+        return 2
+    if needs:
+        nrows = need_pairs(needs, seed=a.seed)
+        nrows = nrows[: a.max_pairs] if a.max_pairs else nrows
+        log.info("need rows: %d", len(nrows))
+        parts["needs"] = Dataset.from_dict({k: [r[k] for r in nrows] for k in ("anchor", "positive")})
+    if a.corpora:
+        crows = corpus_rows(a.corpora, per_corpus=a.per_corpus, seed=a.seed)
+        crows = crows[: a.max_pairs] if a.max_pairs else crows
+        log.info("corpus rows: %d from %s", len(crows), ", ".join(a.corpora))
+        parts["corpora"] = Dataset.from_dict({k: [r[k] for r in crows] for k in ("anchor", "positive", "negative")})
     if not a.no_pairs:
-        rows = training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed)
+        rows = training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed, need_rate=0.0 if needs else 0.3)
         rows = rows[: a.max_pairs] if a.max_pairs else rows
         log.info("pairs: %d anchors over %d train tools", len(rows), len({r["key"] for r in rows}))
         parts["pairs"] = Dataset.from_dict({k: [r[k] for r in rows] for k in ("anchor", "positive")})
@@ -318,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         sdev = SmitheryDev(dev_lists, a.smithery, a.smithery_dev_percent) if a.teacher \
             else smithery_dev(a.smithery, a.smithery_dev_percent)
         log.info("Smithery dev: %d questions over %d held-out tools", len(sdev.questions), len(sdev.catalog.tools))
+    cdev = CorporaDev(a.corpora_dev) if a.corpora_dev else None
     a.out.mkdir(parents=True, exist_ok=True)
     curve_path = a.out / "curve.jsonl"
     best_path = a.out / "best"
@@ -345,12 +473,17 @@ def main(argv: list[str] | None = None) -> int:
             te = time.time()
             model.eval()
             enc = TorchEncoder(model)
-            m = evaluate(enc, dev)
+            m = evaluate(enc, dev, needs=needs)
             if sdev is not None:
                 m.update(sdev.evaluate(enc))
+            if cdev is not None:
+                m.update(cdev.evaluate(enc))
             model.train()
-            # the choice weighs the catalog's own writers and the held-out catalog's equally
-            m["select"] = round((m["hybrid_mrr"] + m["smithery_hybrid_mrr"]) / 2, 4) if sdev else m["hybrid_mrr"]
+            # the choice weighs every writer equally: the catalog's own (request alone, and with the
+            # agents' blind needs), the held-out Smithery servers and the held-out corpora
+            parts_ = [m["hybrid_mrr"]] + [m[k] for k in ("need_hybrid_mrr", "smithery_hybrid_mrr", "corpora_hybrid_mrr")
+                                          if k in m]
+            m["select"] = round(sum(parts_) / len(parts_), 4)
             row = {"step": state.global_step, "rows_seen": state.global_step * a.batch_size,
                    "epoch": round(state.epoch or 0.0, 3), "train_minutes": round(self.train_seconds / 60, 2),
                    **m, "eval_seconds": round(time.time() - te, 1)}
@@ -402,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     trainer.train(resume_from_checkpoint=last)
     final = a.out / "final"
     model.save(str(final))
-    write_run_record(final, a, n_rows, t0, trained_data_hash(DATA / "questions.jsonl", DATA / "splits.json", *a.teacher))
+    write_run_record(final, a, n_rows, t0, trained_data_hash(DATA / "questions.jsonl", DATA / "splits.json", *a.teacher,
+                                                              *([a.needs] if a.needs else [])))
     if best_path.exists():
         (best_path / "train_args.json").write_text((final / "train_args.json").read_text())
     return 0

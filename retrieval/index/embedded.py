@@ -24,7 +24,7 @@ from retrieval.version import package_version
 from .bm25 import BM25Index
 from .dense import DenseIndex
 from .encoder import Encoder, OnnxEncoder
-from .fusion import FusionConfig, reciprocal_rank_fusion
+from .fusion import FusionConfig, fused_lists
 from .hits import Hit
 from .text import tool_document, tool_passages
 
@@ -163,22 +163,46 @@ class ToolIndex:
 
     @staticmethod
     def query_text(request: str, need: str | None) -> str:
+        """The request with the need joined on a line of its own (what 0.6.0 searched with)."""
         return f"{request}\n{need}" if need and need.strip() else request
 
+    def request_text(self, request: str, need: str | None) -> str:
+        """The text of the request's lists: the request, with the need joined when ``fusion.need_joint``."""
+        return self.query_text(request, need) if self.fusion.need_joint else request
+
+    def need_text(self, need: str | None) -> str | None:
+        """The text of the need's own lists, or None (no need, or no need channel)."""
+        return need.strip() if need and need.strip() and self.fusion.need_channel else None
+
     def embed_query(self, request: str, need: str | None = None) -> np.ndarray:
-        return self.encoder.encode([self.query_text(request, need)])[0]
+        """The vector of the request's dense list."""
+        return self.encoder.encode([self.request_text(request, need)])[0]
+
+    def embed_queries(self, request: str, need: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """The vectors of the request's and the need's dense lists, in one encoder call."""
+        need_q = self.need_text(need)
+        texts = [self.request_text(request, need)] + ([need_q] if need_q else [])
+        v = self.encoder.encode(texts)
+        return v[0], (v[1] if need_q else None)
 
     def retrieve(self, request: str, need: str | None = None, eligible: Eligibility | None = None,
-                 k: int = 100, *, stage: Stage = "hybrid", query_vector: np.ndarray | None = None) -> list[Hit]:
-        """The top-k eligible tools for a request (``need`` joins the query when given).
+                 k: int = 100, *, stage: Stage = "hybrid", query_vector: np.ndarray | None = None,
+                 need_vector: np.ndarray | None = None) -> list[Hit]:
+        """The top-k eligible tools for a request and, when given, the agent's need.
+
+        The need is a query of its own: BM25 and dense over the need alone are fused with the
+        request's two lists (:class:`FusionConfig`), so a need sharpens the request but never
+        replaces it. A hit's BM25 and dense evidence is that of the request's lists.
 
         Args:
             request: the user's request, as written.
-            need: optional one-line need from the calling agent.
-            eligible: the tenant's allowed servers/tools; applied inside both searches.
+            need: the calling agent's one-line need (the action the tool must perform), if any.
+            eligible: the tenant's allowed servers/tools; applied inside every search.
             k: how many hits; clamped to the number of eligible tools.
-            stage: ``hybrid`` (default), or ``bm25`` / ``dense`` alone (for evaluation).
-            query_vector: a precomputed embedding of the query (skips the encoder).
+            stage: ``hybrid`` (default), or ``bm25`` / ``dense`` alone (for evaluation; each of
+                these fuses the request's and the need's list of its kind).
+            query_vector: a precomputed embedding of the request's query (skips the encoder).
+            need_vector: a precomputed embedding of the need (with ``query_vector``).
         Raises:
             ValueError: an empty request or a k below 1.
         """
@@ -191,23 +215,31 @@ class ToolIndex:
             mask = self._mask(eligible)
         if not catalog.tools:
             return []
-        query = self.query_text(request, need)
+        query, need_q = self.request_text(request, need), self.need_text(need)
         depth = max(k, self.fusion.depth)
-        b_rows, b_scores = (bm25.search(query, depth, mask) if stage != "dense" else (np.zeros(0, int), np.zeros(0)))
+        empty = (np.zeros(0, int), np.zeros(0))
+        b_rows, b_scores = bm25.search(query, depth, mask) if stage != "dense" else empty
+        nb_rows = bm25.search(need_q, depth, mask)[0] if stage != "dense" and need_q else empty[0]
+        (d_rows, d_scores), nd_rows = empty, empty[0]
         if stage != "bm25":
-            qv = query_vector if query_vector is not None else self.embed_query(request, need)
-            d_rows, d_scores = dense.search(qv, depth, mask)
-        else:
-            d_rows, d_scores = np.zeros(0, int), np.zeros(0)
+            if query_vector is None:
+                query_vector, need_vector = self.embed_queries(request, need)
+            elif need_q and need_vector is None:
+                need_vector = self.encoder.encode([need_q])[0]
+            d_rows, d_scores = dense.search(query_vector, depth, mask)
+            if need_q:
+                nd_rows = dense.search(need_vector, depth, mask)[0]
         b_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(b_rows, b_scores))}
         d_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(d_rows, d_scores))}
-        if stage == "bm25":
+        f = self.fusion
+        lists = {"bm25": b_rows.tolist(), "dense": d_rows.tolist(),
+                 "need_bm25": nb_rows.tolist(), "need_dense": nd_rows.tolist()}
+        if stage == "bm25" and not need_q:
             ranked = [(int(r), float(s)) for r, s in zip(b_rows, b_scores)]
-        elif stage == "dense":
+        elif stage == "dense" and not need_q:
             ranked = [(int(r), float(s)) for r, s in zip(d_rows, d_scores)]
         else:
-            f = self.fusion
-            ranked = reciprocal_rank_fusion([b_rows.tolist(), d_rows.tolist()], [f.w_bm25, f.w_dense], f.k)
+            ranked = fused_lists(lists["bm25"], lists["dense"], lists["need_bm25"], lists["need_dense"], f)
         hits = []
         for rank, (row, score) in enumerate(ranked[:k], 1):
             br, bs = b_rank.get(row, (None, None))

@@ -4,24 +4,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FusionConfig", "reciprocal_rank_fusion"]
+__all__ = ["FusionConfig", "reciprocal_rank_fusion", "fused_lists"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class FusionConfig:
-    """``score = w_bm25 / (k + rank_bm25) + w_dense / (k + rank_dense)``.
+    """``score = w_bm25 / (k + rank_bm25) + w_dense / (k + rank_dense)``, and with an agent's need
+    ``+ w_need_bm25 / (k + rank_need_bm25) + w_need_dense / (k + rank_need_dense)``.
 
-    Defaults were chosen on the dev questions (see README, "Fusion weights").
+    The need is a query of its own (need-to-description matching is the easy task): BM25 and dense
+    over the need alone, fused with the lists of the request. The request's lists stay (the need
+    never replaces the request); ``need_joint`` also joins the need to the request's query text (the
+    0.6.0 behaviour, where the need had no lists of its own). Defaults were chosen on the dev
+    questions with needs written blind (README, "Fusion weights"; ``benchmarks/fusion_grid.py --need``).
     """
 
     k: float = 10.0
     w_bm25: float = 1.0
     w_dense: float = 2.0
     depth: int = 200     # how deep each list is read before fusing
+    w_need_bm25: float = 0.5
+    w_need_dense: float = 1.0
+    need_joint: bool = True
 
     def __post_init__(self) -> None:
         if self.k < 0 or self.w_bm25 < 0 or self.w_dense < 0 or self.w_bm25 + self.w_dense == 0:
             raise ValueError(f"invalid fusion config {self}: k and weights must be >= 0, weights not both 0")
+        if self.w_need_bm25 < 0 or self.w_need_dense < 0:
+            raise ValueError(f"invalid fusion config {self}: the need's weights must be >= 0")
+
+    @property
+    def need_channel(self) -> bool:
+        """Whether a need gets lists of its own."""
+        return self.w_need_bm25 > 0 or self.w_need_dense > 0
 
 
 def reciprocal_rank_fusion(lists: list[list[int]], weights: list[float], k: float) -> list[tuple[int, float]]:
@@ -33,3 +48,10 @@ def reciprocal_rank_fusion(lists: list[list[int]], weights: list[float], k: floa
         for rank, row in enumerate(rows, 1):
             fused[row] = fused.get(row, 0.0) + w / (k + rank)
     return sorted(fused.items(), key=lambda kv: -kv[1])
+
+
+def fused_lists(bm25: list[int], dense: list[int], need_bm25: list[int], need_dense: list[int],
+                cfg: FusionConfig) -> list[tuple[int, float]]:
+    """The request's two lists and the need's two (empty without a need) fused by ``cfg``'s weights."""
+    return reciprocal_rank_fusion([bm25, dense, need_bm25, need_dense],
+                                  [cfg.w_bm25, cfg.w_dense, cfg.w_need_bm25, cfg.w_need_dense], cfg.k)

@@ -35,7 +35,7 @@ from retrieval.catalog.model import CatalogError, ToolId
 from retrieval.catalog.rules import check_text
 from retrieval.fsutil import written_aside
 from retrieval.jsonl import dumps_line, round_trips
-from .fusion import reciprocal_rank_fusion
+from .fusion import fused_lists
 from .hits import Hit
 from .text import tool_passages
 
@@ -262,19 +262,26 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     depth = max(k, index.fusion.depth)
-    qv = index.embed_query(request, need)
-    lexical = index.retrieve(request, need, eligible, k=depth, stage="bm25")
-    dense = index.retrieve(request, need, eligible, k=depth, stage="dense", query_vector=qv)
-    scores = {h.tool_id: float(h.dense_score) for h in dense}
-    q = np.asarray(qv, dtype=np.float32)
-    for tid, requests in relevant.items():
-        scores[tid] = float(learned_vector(index, index.catalog[tid], requests) @ q)
-    d_order = sorted(scores.items(), key=lambda kv: -kv[1])[:depth]   # stable: ties keep the index's order
+    query, need_q = index.request_text(request, need), index.need_text(need)
+    qv, nv = index.embed_queries(request, need)
+
+    def dense_order(vector: np.ndarray, text: str) -> list[tuple[ToolId, float]]:
+        """One dense list with the tenant's vectors for its tools with learned examples."""
+        got = index.retrieve(text, None, eligible, k=depth, stage="dense", query_vector=vector)
+        scores = {h.tool_id: float(h.dense_score) for h in got}
+        q = np.asarray(vector, dtype=np.float32)
+        for tid, requests in relevant.items():
+            scores[tid] = float(learned_vector(index, index.catalog[tid], requests) @ q)
+        return sorted(scores.items(), key=lambda kv: -kv[1])[:depth]   # stable: ties keep the index's order
+
+    lexical = index.retrieve(query, None, eligible, k=depth, stage="bm25")
+    d_order = dense_order(qv, query)
+    need_lexical = index.retrieve(need_q, None, eligible, k=depth, stage="bm25") if need_q else []
+    need_dense = dense_order(nv, need_q) if need_q else []
     b_info = {h.tool_id: (h.bm25_rank, h.bm25_score) for h in lexical}
     d_info = {tid: (i + 1, s) for i, (tid, s) in enumerate(d_order)}
-    f = index.fusion
-    fused = reciprocal_rank_fusion([[h.tool_id for h in lexical], [tid for tid, _ in d_order]],
-                                   [f.w_bm25, f.w_dense], f.k)
+    fused = fused_lists([h.tool_id for h in lexical], [tid for tid, _ in d_order],
+                        [h.tool_id for h in need_lexical], [tid for tid, _ in need_dense], index.fusion)
     hits = []
     for rank, (tid, score) in enumerate(fused[:k], 1):
         br, bs = b_info.get(tid, (None, None))

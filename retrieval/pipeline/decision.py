@@ -3,8 +3,11 @@ probabilities and the shortcuts, what to do and which tools go back.
 
 * :func:`shortcut_floors`: a tool named exactly is raised to ``exact_name_confidence``; the best
   tool of a named server is marked as such (its probability stays the scorer's).
-* :func:`decide`: ``proceed`` when the best probability reaches ``proceed_threshold``; otherwise
-  ``search_again`` on the first attempt, ``no_fit`` on the second.
+* :func:`decide`: three zones of the best probability. At or above ``proceed_threshold``:
+  ``proceed``. Below it, the first attempt is ``search_again``; on the second, ``choose`` (the
+  tools go back best first: read their definitions and pick, or ask the user) down to the
+  ``no_fit_below`` floor, and ``no_fit`` only under it. Between the floor and the threshold the
+  tools always go back: a right tool the scorer was unsure of is never thrown away.
 * :func:`choose`: the tools returned: always-available ones first, then by probability down to
   the floor (at least ``min_results``, at most ``max_results``); exactly named ones always stay.
 * :func:`decide_search`: the three together. :func:`message`: the decision in plain words.
@@ -32,12 +35,15 @@ Choice = tuple[ToolId, float, Source]
 class Policy:
     """Decision thresholds; per deployment, overridable per tenant.
 
-    Defaults were chosen on dev questions (README, "Decision thresholds"): ``proceed``
-    when the best calibrated probability reaches ``proceed_threshold``; otherwise
-    ``search_again`` once, then ``no_fit``.
+    ``proceed`` when the best calibrated probability reaches ``proceed_threshold``; below it,
+    ``search_again`` on the first attempt and, on the second, ``choose`` (the tools, best first)
+    unless the best probability is under ``no_fit_below``, the only zone that says ``no_fit``.
+    Both were chosen on dev questions and on held-out catalogs of other writers, with and without
+    the agent's need (README, "Decision zones"; ``training/thresholds.py``).
     """
 
     proceed_threshold: float = 0.85   # chosen on dev for 0.3.0 (Youden J against written no-fit requests)
+    no_fit_below: float = 0.10        # the second attempt's no-fit floor (README, "Decision zones")
     floor: float = 0.05                 # tools below this join only to reach min_results
     min_results: int = 5
     max_results: int = 10
@@ -54,6 +60,9 @@ class Policy:
     def __post_init__(self) -> None:
         if not 0.0 <= self.floor <= 1.0 or not 0.0 <= self.proceed_threshold <= 1.0:
             raise ValueError(f"thresholds must lie in [0, 1]: floor={self.floor}, proceed_threshold={self.proceed_threshold}")
+        if not 0.0 <= self.no_fit_below <= self.proceed_threshold:
+            raise ValueError(f"no_fit_below must lie in [0, proceed_threshold={self.proceed_threshold}], "
+                             f"got {self.no_fit_below}")
         for name in ("exact_name_confidence",):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} is a probability and must lie in [0, 1], got {getattr(self, name)}")
@@ -112,12 +121,13 @@ def shortcut_floors(hits: Sequence[Hit], probs: np.ndarray, exact: Sequence[Tool
 
 
 def decide(best: float, attempt: int, policy: Policy) -> Decision:
-    """``proceed`` at or above the threshold; below it, ``search_again`` once, then ``no_fit``."""
+    """``proceed`` at or above the threshold; below it, ``search_again`` on the first attempt; on the
+    second, ``choose`` down to the no-fit floor and ``no_fit`` only under it."""
     if best >= policy.proceed_threshold:
         return "proceed"
     if attempt == 1:
         return "search_again"
-    return "no_fit"
+    return "choose" if best >= policy.no_fit_below else "no_fit"
 
 
 def choose(hits: Sequence[Hit], probs: np.ndarray, source: dict[ToolId, Source], *, always: Sequence[ToolId],
@@ -181,7 +191,12 @@ def message(decision: Decision, best: float, policy: Policy, mentioned: Sequence
         return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
     if decision == "search_again":
         return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
-                "Search again with a more specific need, passing this result as `previous`.")
+                "Search again with a sharper need (the exact action and its object), passing this result as "
+                "`previous`; these tools are the best so far.")
+    if decision == "choose":
+        return (f"Best match {best:.2f} after two searches: these tools may fit but none clearly does{scope}. "
+                "Read their definitions and use the one that does what was asked; if none does, or two "
+                "could, ask the user.")
     named = f" {not_connected[0].upper()}{not_connected[1:]}." if not_connected else ""
     tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
     return f"No connected tool fits this request (best {best:.2f} after two searches).{named}{tail}"

@@ -13,6 +13,7 @@ the decision (pure functions, :mod:`.decision`) and the output.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from .tokens import TokenCounter
 if TYPE_CHECKING:
     from scorer import Scorer
 
-__all__ = ["Policy", "Pipeline", "load_pipeline", "check_search"]
+__all__ = ["Policy", "Pipeline", "load_pipeline", "check_search", "guarded_need"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,26 @@ def check_search(request: Any, k: int | None, fmt: str) -> None:
         raise ValueError(f"k must be at least 1, got {k}")
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use mcp, openai or anthropic")
+
+
+def guarded_need(request: str, need: str | None, names: ServerMentionMatcher) -> str | None:
+    """The need as searched: blank is none, and a platform it names that contradicts the request is left out.
+
+    The need sharpens the request, never overrides it: where the request names a platform ("post it in
+    slack") and the need names another ("send a Discord message"), the other platform's name is removed
+    from the need (its action stays). A need that names a platform the request does not mention, where
+    the request names none, is kept as written (the agent may know the user's context).
+    """
+    if need is None or not need.strip():
+        return None
+    need = " ".join(need.split())
+    in_request = set(names.find(request, loose=True))
+    if not in_request:
+        return need
+    for server in set(names.find(need, loose=True)) - in_request:
+        need = re.sub(rf"(?i)\b{re.escape(server)}\b", " ", need)
+    need = " ".join(need.split())
+    return need or None
 
 
 @dataclass(frozen=True)
@@ -280,7 +301,11 @@ class Pipeline:
 
         Args:
             request: the user's request as written.
-            need: the agent's one-line need, if any.
+            need: the way to the best answer: the calling agent's one line, written before it has
+                seen any tool, of the action the tool must perform and its object ("create a
+                calendar event for a team meeting"; a platform only if the user named it). It is
+                searched as a query of its own beside the request and read by the scorer; a
+                second attempt sends a sharper one. Without it the request is searched alone.
             eligible: the tenant's allowed servers/tools; nothing else is ever returned.
             previous: the result of the first attempt (anything with ``.attempt``); makes this the second.
             k: how many ranked tools to return at most (default: the policy's max_results);
@@ -318,6 +343,7 @@ class Pipeline:
         attempt = 1 if previous is None else min(int(getattr(previous, "attempt", 1)) + 1, 2)
         mentions, exact_names, registry_names = self._matchers(eligible)
         version, catalog = self.index.snapshot()
+        need = guarded_need(request, need, registry_names)
         return _Request(request, need, eligible, policy, attempt, k or policy.max_results, fmt, explain, learned,
                         version, catalog, mentions, exact_names, registry_names)
 

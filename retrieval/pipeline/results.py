@@ -9,7 +9,10 @@ from retrieval.catalog.model import ToolId
 
 __all__ = ["Decision", "Source", "ScoredTool", "TokenReport", "SearchResult"]
 
-Decision = Literal["proceed", "search_again", "no_fit"]
+# proceed: use the tools; search_again: retry once with a sharper need (the tools are the best so far);
+# choose (second attempt only): the tools may fit, none clearly does: read and pick, or ask the user;
+# no_fit: nothing connected fits (best probability under the floor after two searches).
+Decision = Literal["proceed", "search_again", "choose", "no_fit"]
 # How a tool got into the result: ranked normally, or by one of the shortcuts.
 Source = Literal["ranked", "always_available", "server_mention", "exact_name"]
 

@@ -62,6 +62,8 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
     state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools])
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
+    if body.legacy_decisions and response.decision == "choose":   # 0.6 clients know three decisions
+        response.decision = "proceed"
     return response
 
 
@@ -94,6 +96,7 @@ def _previous(previous: PreviousAttempt | None, tenant: Tenant) -> SearchResult 
 _GENERIC_MESSAGES = {
     "proceed": "Proceed with these tools.",
     "search_again": "No tool clearly fits. Search again with a more specific need, passing this result as `previous`.",
+    "choose": "These tools may fit but none clearly does: read their definitions and pick one, or ask the user.",
     "no_fit": "No connected tool fits this request.",
 }
 

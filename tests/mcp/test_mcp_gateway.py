@@ -20,8 +20,9 @@ async def test_find_then_call_returns_the_servers_result_unchanged(tmp_path):
     async with stdio_gateway(tmp_path, "--mcp-config", str(cfg)) as gw:
         listed = {t.name: t for t in (await gw.list_tools()).tools}
         assert set(listed) == {"find_tools", "call_tool", "describe_tool"}
-        assert listed["find_tools"].inputSchema["required"] == ["request"]
+        assert listed["find_tools"].inputSchema["required"] == ["request", "need"]   # the need is asked for
 
+        # an old caller that sends no need still gets its answer
         found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Paris"}))
         assert found["decision"] == "proceed"
         best = found["tools"][0]

@@ -33,7 +33,7 @@ def test_definitions_stay_within_the_token_budget(gateway):
 def test_find_description_says_when_and_how():
     gateway, direct = (tool_definitions(g)[0]["description"] for g in (True, False))
     for text in (gateway, direct):
-        for word in ("`request`", "`need`", "proceed", "search_again", "attempt=2", "no_fit", "`connect`",
+        for word in ("`request`", "`need`", "proceed", "search_again", "choose", "attempt=2", "no_fit", "`connect`",
                      "probability", "never guess"):
             assert word in text, word
     assert "call_tool(server, tool, arguments)" in gateway and "call_tool" not in direct

@@ -125,7 +125,8 @@ class FakeScorer:
 
 def pipeline(index, table, default=0.05) -> Pipeline:
     # the threshold is pinned: these tests are about the report, not the shipped default
-    return Pipeline(index, FakeScorer(table, default), confidence=LOGIT, policy=Policy(proceed_threshold=0.5))
+    return Pipeline(index, FakeScorer(table, default), confidence=LOGIT,
+                    policy=Policy(proceed_threshold=0.5, no_fit_below=0.1))
 
 
 SURE = {QUERIES[0].query: {"get_shards": 0.9}, QUERIES[1].query: {"post_message": 0.9}}
@@ -154,11 +155,13 @@ def test_report_by_hand_with_ties(index):
     rep = abstention_report(pipeline(index, table), QUERIES)
     assert rep["auroc_request"] == pytest.approx(0.875) and rep["auroc_final"] == pytest.approx(0.875)
     assert rep["proceed_first_when_fit"] == 0.5 and rep["proceed_first_when_none"] == 0.0
-    assert rep["no_fit_share_when_fit"] == 0.5 and rep["no_fit_share_when_none"] == 1.0
-    assert rep["top5_when_fit"] == 0.5                      # q2 ended in no_fit: no tools listed
-    # thresholds: 0.9 (q1 fit, right) | 0.2 (q2 fit and q2 none, both wrong) | 0.05 (q1 none, wrong)
+    # the second attempt: q2 (0.2, above the 0.1 floor) ends in `choose` with its tools, fitting or not;
+    # q1 without a fitting tool (0.05, under the floor) ends in no_fit
+    assert rep["no_fit_share_when_fit"] == 0.0 and rep["no_fit_share_when_none"] == 0.5
+    assert rep["top5_when_fit"] == 1.0                      # q2's tools came back: the right one among them
+    # thresholds: 0.9 (q1 fit, right) | 0.2 (q2 fit, right: its tools came back; q2 none, wrong) | 0.05 (q1 none)
     assert rep["coverage"] == pytest.approx([0.25, 0.75, 0.75, 1.0])
-    assert rep["risk"] == pytest.approx([0.0, 2 / 3, 2 / 3, 0.75])
+    assert rep["risk"] == pytest.approx([0.0, 1 / 3, 1 / 3, 0.5])
 
 
 def test_report_with_an_uninformative_scorer(index):

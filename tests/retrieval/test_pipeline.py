@@ -39,8 +39,10 @@ FORECAST = ToolId("Weather", "get_forecast")
 ALERTS = ToolId("Weather", "get_alerts")
 
 
-# Branch tests pin their own threshold; the shipped default (chosen on dev) may move.
-TEST_POLICY = Policy(proceed_threshold=0.5)
+# Branch tests pin their own thresholds; the shipped defaults (chosen on dev) may move. The no-fit
+# floor is above the 0.2 these tests give their best tool, so a second attempt says no_fit (the
+# `choose` zone between the floor and the threshold: tests/retrieval/test_need_and_zones.py).
+TEST_POLICY = Policy(proceed_threshold=0.5, no_fit_below=0.25)
 
 
 def make(index, probs=None, default=LOW, **kwargs) -> Pipeline:
@@ -290,7 +292,7 @@ def test_proceed_at_exactly_the_threshold(index):
 
 
 def test_search_again_then_no_fit(index):
-    pipe = make(index, {"post_message": 0.2})
+    pipe = make(index, {"post_message": 0.2})   # under TEST_POLICY's no-fit floor
     first = pipe.search("post a message")
     assert (first.decision, first.attempt) == ("search_again", 1)
     assert first.tools and first.best_probability == pytest.approx(0.2)
@@ -302,6 +304,15 @@ def test_search_again_then_no_fit(index):
     assert second.suggestions == []                          # no public index configured
     assert "No connected tool fits" in second.message
     assert pipe.scorer.calls[-1][1] == "send text to a chat channel"   # the need reached the scorer
+
+
+def test_second_attempt_between_floor_and_threshold_chooses(index):
+    pipe = make(index, {"post_message": 0.3})
+    first = pipe.search("post a message")
+    second = pipe.search("post a message", "send text to a chat channel", previous=first)
+    assert (second.decision, second.attempt) == ("choose", 2)
+    assert ids(second)[0] == ToolId("Slack", "post_message") and second.suggestions == []
+    assert second.tokens.selected > 0
 
 
 def test_second_attempt_can_proceed(index):

@@ -32,7 +32,7 @@ def candidates(n):
     ("/v1/search", {"request": "x", "previous": {"attempt": 0, "decision": "proceed"}}, "body.previous.attempt",
      "greater than or equal to 1"),
     ("/v1/search", {"request": "x", "previous": {"attempt": 1, "decision": "maybe"}}, "body.previous.decision",
-     "'proceed', 'search_again' or 'no_fit'"),
+     "'proceed', 'search_again', 'choose' or 'no_fit'"),
 ])
 def test_invalid_input_is_a_readable_422(client, path, body, field, words):
     r = client.post(path, json=body, headers=auth("acme"))

@@ -14,7 +14,7 @@ evaluation, the CLI and the service take either. What differs is where things li
   centroid vector (the shipped encoder, as the embedded backend) and BM25 as a sparse vector
   (``tokenize`` of :mod:`retrieval.index.bm25`, the Lucene weights bm25s uses: document values
   ``tf / (tf + k1 (1 - b + b dl / avgdl))``, query values ``count x idf``). The two lists are
-  fused here exactly as the embedded backend fuses them (:func:`reciprocal_rank_fusion`).
+  fused here exactly as the embedded backend fuses them (:func:`fused_lists`).
 * **Eligibility inside the engine.** One payload filter (owner, server, tool, catalog version)
   is applied inside both searches, on indexed payload fields, so a tenant gets its own best k.
 * **Tenants.** A server is stored once with its ``owner``: ``""`` for the deployment's shared
@@ -56,7 +56,7 @@ from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
 from retrieval.index.bm25 import tokenize
 from retrieval.index.embedded import IndexLoadError, IndexSaveError, Stage, ToolIndex, server_tools
 from retrieval.index.encoder import Encoder, OnnxEncoder
-from retrieval.index.fusion import FusionConfig, reciprocal_rank_fusion
+from retrieval.index.fusion import FusionConfig, fused_lists
 from retrieval.index.hits import Hit
 from retrieval.index.text import tool_document, tool_passages
 from retrieval.version import package_version
@@ -406,11 +406,12 @@ class QdrantToolIndex(ToolIndex):
     # -------------------------------------------------------------------------- search
 
     def retrieve(self, request: str, need: str | None = None, eligible: Eligibility | None = None,
-                 k: int = 100, *, stage: Stage = "hybrid", query_vector: np.ndarray | None = None) -> list[Hit]:
-        """The top-k eligible tools for a request; see :meth:`ToolIndex.retrieve`.
+                 k: int = 100, *, stage: Stage = "hybrid", query_vector: np.ndarray | None = None,
+                 need_vector: np.ndarray | None = None) -> list[Hit]:
+        """The top-k eligible tools for a request (and need); see :meth:`ToolIndex.retrieve`.
 
-        Both searches run in Qdrant (one batch request) under the same payload filter; BM25's
-        IDF covers exactly the tools that filter allows.
+        Every search (the request's BM25 and dense, and the need's) runs in Qdrant in one batch
+        request under the same payload filter; BM25's IDF covers exactly the tools that filter allows.
         """
         if not isinstance(request, str) or not request.strip():
             raise ValueError("request must be a non-empty string")
@@ -425,25 +426,34 @@ class QdrantToolIndex(ToolIndex):
         flt = view.filter(eligible)
         if flt is None:
             return []
-        query = self.query_text(request, need)
+        query, need_q = self.request_text(request, need), self.need_text(need)
         depth = max(k, self.fusion.depth)
         requests, kinds = [], []
-        if stage != "dense":
-            sparse = self.sparse_query(query, eligible, view)
+        if stage != "bm25":
+            if query_vector is None:
+                query_vector, need_vector = self.embed_queries(request, need)
+            elif need_q and need_vector is None:
+                need_vector = self.encoder.encode([need_q])[0]
+        for kind, text in (("bm25", query), ("need_bm25", need_q)):
+            if stage == "dense" or not text:
+                continue
+            sparse = self.sparse_query(text, eligible, view)
             if sparse is not None:
                 params = models.SearchParams(idf=models.IdfCorpusParams(corpus=flt)) if self.idf == "engine" else None
                 requests.append(models.QueryRequest(query=sparse, using=SPARSE, filter=flt, limit=depth,
                                                     params=params, with_payload=False))
-                kinds.append("bm25")
-        if stage != "bm25":
-            qv = query_vector if query_vector is not None else self.embed_query(request, need)
+                kinds.append(kind)
+        for kind, vector in (("dense", query_vector), ("need_dense", need_vector)):
+            if stage == "bm25" or vector is None:
+                continue
             cfg = self.collection.config
             params = models.SearchParams(exact=cfg.exact, hnsw_ef=cfg.hnsw_ef)
-            requests.append(models.QueryRequest(query=np.asarray(qv, dtype=np.float32).ravel().tolist(), using=DENSE,
-                                                filter=flt, limit=depth, params=params, with_payload=False))
-            kinds.append("dense")
+            requests.append(models.QueryRequest(query=np.asarray(vector, dtype=np.float32).ravel().tolist(),
+                                                using=DENSE, filter=flt, limit=depth, params=params,
+                                                with_payload=False))
+            kinds.append(kind)
         responses = self.collection.query(requests) if requests else []
-        lists: dict[str, list[tuple[int, float]]] = {"bm25": [], "dense": []}
+        lists: dict[str, list[tuple[int, float]]] = {"bm25": [], "dense": [], "need_bm25": [], "need_dense": []}
         for kind, response in zip(kinds, responses):
             pairs = []
             for p in response.points:
@@ -451,21 +461,20 @@ class QdrantToolIndex(ToolIndex):
                 if row is None:   # cannot happen at a pinned version; never return an unknown point
                     log.warning("Qdrant returned point %s, unknown at version %d; skipped", p.id, view.version)
                     continue
-                if kind == "bm25" and p.score <= 0:
+                if kind.endswith("bm25") and p.score <= 0:
                     continue
                 pairs.append((row, float(p.score)))
             pairs.sort(key=lambda rs: (-rs[1], rs[0]))   # ties by catalog row, as the embedded backend
             lists[kind] = pairs
         b_rank = {r: (i + 1, s) for i, (r, s) in enumerate(lists["bm25"])}
         d_rank = {r: (i + 1, s) for i, (r, s) in enumerate(lists["dense"])}
-        if stage == "bm25":
+        if stage == "bm25" and not need_q:
             ranked = lists["bm25"]
-        elif stage == "dense":
+        elif stage == "dense" and not need_q:
             ranked = lists["dense"]
         else:
-            f = self.fusion
-            ranked = reciprocal_rank_fusion([[r for r, _ in lists["bm25"]], [r for r, _ in lists["dense"]]],
-                                            [f.w_bm25, f.w_dense], f.k)
+            ranked = fused_lists(*([r for r, _ in lists[name]] for name in ("bm25", "dense", "need_bm25", "need_dense")),
+                                 self.fusion)
         hits = []
         tools = view.catalog.tools
         for rank, (row, score) in enumerate(ranked[:k], 1):

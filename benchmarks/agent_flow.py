@@ -1,0 +1,178 @@
+"""The agent-flow benchmark (issue 34): the documented flow end to end on catalogs shaped like users'.
+
+    python benchmarks/agent_flow.py --set report [--n 150] [--modes need,late_need,request_only]
+    python benchmarks/agent_flow.py --set fit --always-second --out benchmarks/results/agent_flow_fit.json
+
+Catalogs, all day one (no example requests), each request with the needs an agent wrote blind
+(``training/data/needs_blind.jsonl``: ``need`` first, the sharper ``need2`` on the second attempt):
+
+* ``mcpzero-org``: organisations of 10-30 servers drawn from the split's servers (always the
+  labelled one), as eligibility over the shipped catalog's day-one index. No-fit: the same request
+  with every labelled tool's server removed from its organisation, and the written no-fit requests
+  of the split on an organisation that holds their near server.
+* one catalog per public corpus (``retrieval.catalog.corpora``): its own tools. No-fit: the same
+  request with its labelled tools made ineligible (look-alikes of one domain remain).
+
+``--set report``: MCP-Zero test and the held-out corpora (never fitted on). ``--set fit``: MCP-Zero
+dev and the training corpora (what training/thresholds.py chooses the decision zones on).
+Prints one Markdown table; writes every row and the summary as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from retrieval.catalog.corpora import CORPORA, load_corpus  # noqa: E402
+from retrieval.catalog.eligibility import Eligibility  # noqa: E402
+from retrieval.catalog.model import ToolId  # noqa: E402
+from retrieval.evaluation.agent_flow import MODES, Case, flow_report, format_flow, run_flow  # noqa: E402
+from retrieval.evaluation.harness import load_queries  # noqa: E402
+from retrieval.jsonl import read_jsonl  # noqa: E402
+
+QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
+INDEPENDENT = ROOT / "benchmarks" / "data" / "independent_questions.jsonl"
+NOFIT = ROOT / "training" / "data" / "nofit.jsonl"
+NEEDS = ROOT / "training" / "data" / "needs_blind.jsonl"
+SETS = {"report": ("test", [n for n, c in CORPORA.items() if c.use == "dev"]),
+        "fit": ("dev", [n for n, c in CORPORA.items() if c.use == "train"])}
+
+
+def load_needs(path: Path = NEEDS) -> dict[str, dict]:
+    return {str(r["id"]): r for _, r in read_jsonl(path)} if path.exists() else {}
+
+
+def _with_needs(case: Case, needs: dict[str, dict], qid: str) -> Case | None:
+    n = needs.get(qid)
+    if not n or not n.get("need"):
+        return None
+    return Case(case.id, case.request, case.catalog, case.eligible, case.targets, n["need"], n.get("need2"))
+
+
+def mcpzero_cases(split: str, needs: dict, n: int, rng: random.Random, index) -> list[Case]:
+    from training.pairs import load_split
+
+    servers = sorted(s for s, part in load_split().items() if part == split and s in set(index.catalog.servers))
+    pool = list(load_queries(QUESTIONS, split=split))
+    if split == "test":
+        pool += load_queries(INDEPENDENT, split="independent")
+    rng.shuffle(pool)
+    cases = []
+    for q in pool:
+        if len([c for c in cases if c.targets]) >= n:
+            break
+        size = rng.randint(10, 30)
+        org = {q.target.server} | set(rng.sample([s for s in servers if s != q.target.server], size - 1))
+        targets = frozenset(t for t in q.lenient_targets if t.server in org)
+        base = Case(q.id, q.query, "mcpzero-org", Eligibility.of(servers=sorted(org)), targets)
+        ans = _with_needs(base, needs, q.id)
+        if ans is None:
+            continue
+        cases.append(ans)
+        drop = {t.server for t in q.lenient_targets}
+        none_org = sorted(s for s in org if s not in drop)
+        cases.append(Case(q.id + ":none", q.query, "mcpzero-org", Eligibility.of(servers=none_org), frozenset(),
+                          ans.need, ans.need2))
+    for _, row in read_jsonl(NOFIT):
+        if row.get("split") != split or row.get("near_server") not in servers:
+            continue
+        size = rng.randint(10, 30)
+        org = {row["near_server"]} | set(rng.sample([s for s in servers if s != row["near_server"]], size - 1))
+        c = _with_needs(Case(row["id"], row["query"], "mcpzero-org", Eligibility.of(servers=sorted(org))), needs,
+                        row["id"])
+        if c is not None:
+            cases.append(c)
+    return cases
+
+
+def corpus_cases(name: str, needs: dict, n: int, rng: random.Random) -> tuple[list[Case], object]:
+    corpus = load_corpus(name)
+    qs = [q for q in corpus.questions if q.id in needs]
+    rng.shuffle(qs)
+    cases = []
+    every = [t.id for t in corpus.catalog.tools]
+    for q in qs[:n]:
+        base = _with_needs(Case(q.id, q.query, name, Eligibility(), frozenset(q.lenient_targets)), needs, q.id)
+        cases.append(base)
+        rest = [t for t in every if t not in q.lenient_targets]
+        cases.append(Case(q.id + ":none", q.query, name, Eligibility.of(tools=rest), frozenset(), base.need, base.need2))
+    return cases, corpus.catalog
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--set", choices=sorted(SETS), default="report")
+    p.add_argument("--n", type=int, default=150, help="answerable requests per catalog kind (each with its no-fit twin)")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
+    p.add_argument("--corpora", help="comma-separated corpora (default: the set's)")
+    p.add_argument("--no-mcpzero", action="store_true")
+    p.add_argument("--always-second", action="store_true", help="run attempt 2 after a proceed too (for fitting)")
+    p.add_argument("--proceed-threshold", type=float)
+    p.add_argument("--no-fit-below", type=float)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    from benchmarks.ablation import CachedScorer
+    from retrieval.index.default import load_or_build_default
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.encoder import OnnxEncoder
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.flow import Pipeline
+    from retrieval.version import package_version
+    from scorer import Scorer
+
+    needs = load_needs()
+    if not needs:
+        print(f"error: no blind needs at {NEEDS}", file=sys.stderr)
+        return 2
+    split, corpora = SETS[a.set]
+    corpora = a.corpora.split(",") if a.corpora else corpora
+    modes = a.modes.split(",")
+    policy = Policy().with_overrides(proceed_threshold=a.proceed_threshold, no_fit_below=a.no_fit_below)
+    scorer = CachedScorer(Scorer.load(a.model, threads=2))
+    rng = random.Random(a.seed)
+    rows: list[dict] = []
+    t0 = time.time()
+    if not a.no_mcpzero:
+        index = load_or_build_default(with_examples=False, show_progress=True)
+        pipe = Pipeline(index, scorer, policy=policy)
+        cases = mcpzero_cases(split, needs, a.n, rng, index)
+        rows += run_flow(pipe, cases, modes, show_progress=True, desc="mcpzero-org", always_second=a.always_second)
+    encoder = None
+    for name in corpora:
+        cases, catalog = corpus_cases(name, needs, a.n, rng)
+        if not cases:
+            print(f"[{name}: no requests with blind needs; skipped]")
+            continue
+        encoder = encoder or OnnxEncoder()
+        pipe = Pipeline(ToolIndex(catalog, encoder, with_examples=False), scorer, policy=policy)
+        rows += run_flow(pipe, cases, modes, show_progress=True, desc=name, always_second=a.always_second)
+    rep = flow_report(rows)
+    stamp = {"set": a.set, "policy": {"proceed_threshold": policy.proceed_threshold, "no_fit_below": policy.no_fit_below,
+                                      "score_top": policy.score_top},
+             "package": package_version(), "seconds": round(time.time() - t0, 1), "n": a.n}
+    try:
+        import subprocess
+        stamp["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                         text=True).stdout.strip()
+    except OSError:
+        pass
+    print(f"agent flow, {a.set} set, {stamp}\n")
+    print(format_flow(rep))
+    out = a.out or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
+    out.write_text(json.dumps({**stamp, "report": rep, "rows": rows}, indent=0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The agent's need as a query of its own, and the decision zones (issues 33, 34)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fakes import FakeScorer, HashEncoder, tiny_catalog
+from retrieval.catalog.eligibility import Eligibility
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.index.embedded import ToolIndex
+from retrieval.index.fusion import FusionConfig
+from retrieval.index.hits import Hit
+from retrieval.pipeline.confidence import ConfidenceModel
+from retrieval.pipeline.decision import Policy, decide, decide_search
+from retrieval.pipeline.flow import Pipeline, guarded_need
+
+
+def _logit_only() -> ConfidenceModel:
+    """p = sigmoid(logit): the fake scorer's probability passes through unchanged."""
+    return ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))
+
+
+# ------------------------------------------------------------------ the need channel
+
+def test_need_has_lists_of_its_own_and_finds_what_the_request_alone_misses():
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    vague = "can you help me with the thing we talked about"
+    without = [h.tool_id.tool for h in index.retrieve(vague, None, k=3)]
+    joined_only = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False,
+                                  fusion=FusionConfig(w_need_bm25=0.0, w_need_dense=0.0))
+    need = "list pull requests"
+    with_need = [h.tool_id.tool for h in index.retrieve(vague, need, k=3)]
+    assert with_need[0] == "list_pull_requests"
+    assert without[0] != "list_pull_requests"
+    # the need's own lists add to what joining the need to the request gives
+    got = index.retrieve(vague, need, k=8)
+    joined = joined_only.retrieve(vague, need, k=8)
+    score = {h.tool_id: h.score for h in got}
+    assert score[ToolId("GitHub", "list_pull_requests")] > {h.tool_id: h.score for h in joined}[
+        ToolId("GitHub", "list_pull_requests")]
+
+
+def test_a_need_naming_another_platform_cannot_hijack_the_request():
+    """The request says Slack; a careless need says Discord. The other platform's name is left out of the
+    need (its action stays), so the request's platform wins."""
+    tools = list(tiny_catalog().tools) + [
+        Tool("Discord", "send_message", "Send a message to a Discord channel", None, "Chat"),
+    ]
+    index = ToolIndex.build(Catalog(tools), encoder=HashEncoder(), with_examples=False)
+    pipe = Pipeline(index, FakeScorer({}, default=0.5), confidence=_logit_only(), policy=Policy(score_top=None))
+    request = "post 'deploy finished' to the #ops channel in slack"
+    need = "send a message to a Discord channel"
+    ranked = [t.tool_id for t in pipe.search(request, need).tools]
+    slack, discord = ToolId("Slack", "post_message"), ToolId("Discord", "send_message")
+    assert ranked[0] == slack and (discord not in ranked or ranked.index(discord) > ranked.index(slack))
+    ranked = [h.tool_id for h in index.retrieve(request, guarded_need(request, need, pipe._matchers(Eligibility())[2]),
+                                                k=9)]
+    assert ranked.index(slack) < ranked.index(discord)   # also where the request does not restrict the search
+    assert guarded_need(request, need, pipe._matchers(Eligibility())[2]) == "send a message to a channel"
+    # where the request names no platform, the agent's need is searched as written
+    assert guarded_need("tell the team the deploy is done", need, pipe._matchers(Eligibility())[2]) == need
+    assert guarded_need(request, "   ", pipe._matchers(Eligibility())[2]) is None
+
+
+def test_the_need_channel_respects_eligibility():
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    only = Eligibility.of(servers=["Weather"])
+    hits = index.retrieve("help", "create an issue in a repository", only, k=8)
+    assert hits and all(h.tool_id.server == "Weather" for h in hits)
+
+
+def test_fusion_need_weights_are_validated():
+    with pytest.raises(ValueError):
+        FusionConfig(w_need_dense=-1.0)
+    assert not FusionConfig(w_need_bm25=0.0, w_need_dense=0.0).need_channel
+
+
+def test_saved_index_keeps_its_need_fusion(tmp_path):
+    cfg = FusionConfig(w_need_bm25=0.25, w_need_dense=3.0, need_joint=False)
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), fusion=cfg)
+    index.save(tmp_path / "ix")
+    assert json.loads((tmp_path / "ix" / "manifest.json").read_text())["fusion"]["w_need_dense"] == 3.0
+    assert ToolIndex.load(tmp_path / "ix", encoder=HashEncoder()).fusion == cfg
+
+
+# ------------------------------------------------------------------ decision zones
+
+@pytest.mark.parametrize("best, attempt, expected", [
+    (0.90, 1, "proceed"), (0.90, 2, "proceed"),
+    (0.50, 1, "search_again"), (0.02, 1, "search_again"),   # the first attempt never says no_fit
+    (0.50, 2, "choose"), (0.10, 2, "choose"),               # between the floor and the threshold
+    (0.09, 2, "no_fit"),                                    # only under the floor
+])
+def test_three_zones(best, attempt, expected):
+    assert decide(best, attempt, Policy(proceed_threshold=0.85, no_fit_below=0.10)) == expected
+
+
+def test_choose_keeps_the_tools_best_first_and_no_fit_is_empty():
+    hits = [Hit(ToolId("S", f"t{i}"), i + 1, 1.0 / (i + 1)) for i in range(6)]
+    probs = np.array([0.3, 0.6, 0.05, 0.02, 0.01, 0.2])
+    policy = Policy(proceed_threshold=0.85, no_fit_below=0.10)
+    chosen = decide_search(hits, probs, always=[], exact=[], mentioned=[], attempt=2, policy=policy, max_results=10)
+    assert chosen.decision == "choose"
+    assert [c[0].tool for c in chosen.chosen][:3] == ["t1", "t0", "t5"]
+    low = decide_search(hits, probs * 0.1, always=[], exact=[], mentioned=[], attempt=2, policy=policy,
+                        max_results=10)
+    assert low.decision == "no_fit" and low.chosen == []
+
+
+def test_no_fit_floor_is_validated():
+    with pytest.raises(ValueError):
+        Policy(proceed_threshold=0.5, no_fit_below=0.6)
+    with pytest.raises(ValueError):
+        Policy(no_fit_below=-0.1)
+
+
+def test_second_search_keeps_a_right_tool_the_scorer_was_unsure_of():
+    """The gateway report: git_commit first at 0.83 after a good second need must not become an empty no_fit."""
+    scorer = FakeScorer({"create_issue": 0.83}, default=0.01)
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    pipe = Pipeline(index, scorer, confidence=_logit_only(),
+                    policy=Policy(proceed_threshold=0.85, no_fit_below=0.10, score_top=None))
+    first = pipe.search("open a bug about the login crash", "create an issue in a repository")
+    assert first.decision == "search_again" and first.tools[0].tool_id.tool == "create_issue"
+    second = pipe.search("open a bug about the login crash", "file a new issue in the code repository's tracker",
+                         previous=first)
+    assert second.decision == "choose"
+    assert second.tools[0].tool_id.tool == "create_issue"
+    assert "ask the user" in second.message
+
+
+def test_no_fit_only_below_the_floor_and_suggestions_never_name_connected_servers():
+    scorer = FakeScorer({}, default=0.01)
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    public_tools = list(tiny_catalog().tools) + [
+        Tool("Jira", "create_ticket", "Create a ticket in an issue tracker", None, "Issue tracker"),
+        Tool("Linear", "create_issue", "Create an issue in Linear", None, "Issue tracker")]
+    public = ToolIndex.build(Catalog(public_tools), encoder=HashEncoder(), with_examples=False)
+    pipe = Pipeline(index, scorer, confidence=_logit_only(), public_index=public,
+                    policy=Policy(proceed_threshold=0.85, no_fit_below=0.10, score_top=None))
+    eligible = Eligibility.of(servers=["GitHub", "Slack"])
+    first = pipe.search("create a ticket in the issue tracker", "create a ticket", eligible=eligible)
+    second = pipe.search("create a ticket in the issue tracker", "create a ticket", eligible=eligible,
+                         previous=first)
+    assert second.decision == "no_fit" and second.tools == []
+    assert second.suggestions and not set(second.suggestions) & {"GitHub", "Slack"}
