@@ -81,9 +81,9 @@ def mcpzero_cases(split: str, needs: dict, n: int, rng: random.Random, index) ->
         none_org = sorted(s for s in org if s not in drop)
         cases.append(Case(q.id + ":none", q.query, "mcpzero-org", Eligibility.of(servers=none_org), frozenset(),
                           ans.need, ans.need2))
-    for _, row in read_jsonl(NOFIT):
-        if row.get("split") != split or row.get("near_server") not in servers:
-            continue
+    nofit = [row for _, row in read_jsonl(NOFIT) if row.get("split") == split and row.get("near_server") in servers]
+    rng.shuffle(nofit)
+    for row in nofit[:n]:
         size = rng.randint(10, 30)
         org = {row["near_server"]} | set(rng.sample([s for s in servers if s != row["near_server"]], size - 1))
         c = _with_needs(Case(row["id"], row["query"], "mcpzero-org", Eligibility.of(servers=sorted(org))), needs,

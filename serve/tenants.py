@@ -18,6 +18,7 @@ A tenants file is TOML or JSON with a ``tenants`` list::
     learn_from_use = false            # optional: do not learn example requests from its calls (default true)
     [tenants.policy]                  # optional threshold overrides
     proceed_threshold = 0.7
+    no_fit_below = 0.05               # the second attempt says no_fit only under this (else: choose)
     floor = 0.2
 """
 
@@ -90,6 +91,7 @@ DEV_TENANT = Tenant(name="dev", eligibility=Eligibility(), admin=True)
 class _PolicySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # admin = "yes", floor = "0.2": refused
     proceed_threshold: float | None = Field(None, ge=0.0, le=1.0)
+    no_fit_below: float | None = Field(None, ge=0.0, le=1.0)   # the second attempt's no-fit floor
     floor: float | None = Field(None, ge=0.0, le=1.0)
     min_results: int | None = Field(None, ge=1, le=50)
     max_results: int | None = Field(None, ge=1, le=50)
@@ -101,6 +103,9 @@ class _PolicySpec(BaseModel):
         if self.floor is not None and self.proceed_threshold is not None and self.floor > self.proceed_threshold:
             raise ValueError(f"floor {self.floor} is above proceed_threshold {self.proceed_threshold}; "
                              "the floor must not exceed the proceed threshold")
+        if self.no_fit_below is not None and self.proceed_threshold is not None \
+                and self.no_fit_below > self.proceed_threshold:
+            raise ValueError(f"no_fit_below {self.no_fit_below} is above proceed_threshold {self.proceed_threshold}")
         if self.min_results is not None and self.max_results is not None and self.min_results > self.max_results:
             raise ValueError(f"min_results {self.min_results} is above max_results {self.max_results}")
         return self

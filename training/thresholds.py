@@ -1,4 +1,15 @@
-"""Choose the default proceed threshold on dev questions, and print the trade-off table.
+"""Choose the decision zones: the proceed threshold and the second attempt's no-fit floor.
+
+    python benchmarks/agent_flow.py --set fit --always-second      # MCP-Zero dev organisations + training corpora
+    python -m training.thresholds --flow benchmarks/results/agent_flow_fit.json --json benchmarks/results/zones_fit.json
+
+With ``--flow``, both are chosen on the agent flow over catalogs shaped like users' (10-30 server
+organisations of the dev split, other writers' corpora; day one; with and without the agent's need),
+never on the catalogs the README reports: the threshold that proceeds most often rightly (wrong
+proceeds count twice) while no-fit requests proceed at most 10% on every catalog kind, then the
+highest floor at which right first answers end empty at most 1% on every kind.
+
+The older mode (0.3.0-0.6.0), on the shipped catalog's dev questions alone:
 
     python -m training.thresholds --model models/toolrank-reranker
 
@@ -37,14 +48,90 @@ def best_probabilities(pipe, queries) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(fit), np.asarray(none)
 
 
+def zone_table(rows: list[dict], proceeds=None, floors=None) -> list[dict]:
+    """Every (proceed threshold, no-fit floor) pair replayed over agent-flow rows run with
+    ``--always-second`` (benchmarks/agent_flow.py --set fit): per pair, over all catalog kinds and modes
+    pooled with equal weight per kind, the shares an agent sees."""
+    from retrieval.evaluation.agent_flow import replay
+
+    proceeds = proceeds if proceeds is not None else np.round(np.arange(0.50, 0.96, 0.05), 2)
+    floors = floors if floors is not None else np.round([0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.25, 0.3], 2)
+    kinds = sorted({r["catalog"] for r in rows})
+    out = []
+    for t in proceeds:
+        for f in floors:
+            if f > t:
+                continue
+            per = []
+            for kind in kinds:
+                rs = replay([r for r in rows if r["catalog"] == kind], float(t), float(f))
+                ans = [r for r in rs if r["answerable"]]
+                none = [r for r in rs if not r["answerable"]]
+                right1 = [r for r in ans if r["right1"]]
+                per.append({
+                    "proceed_right": np.mean([r["decision"] == "proceed" and r["right_final"] for r in ans]),
+                    "proceed_wrong": np.mean([r["decision"] == "proceed" and not r["right_final"] for r in ans]),
+                    "right_first_end_empty": np.mean([r["empty"] for r in right1]) if right1 else 0.0,
+                    "end_empty": np.mean([r["empty"] for r in ans]),
+                    "nofit_proceed": np.mean([r["decision"] == "proceed" for r in none]) if none else 0.0,
+                    "nofit_no_fit": np.mean([r["decision"] == "no_fit" for r in none]) if none else 0.0,
+                })
+            row = {"proceed_threshold": float(t), "no_fit_below": float(f)}
+            for key in per[0]:
+                row[key] = float(np.mean([x[key] for x in per]))
+                row[key + "_worst"] = float(max(x[key] for x in per) if "wrong" in key or "empty" in key
+                                            or key == "nofit_proceed" else min(x[key] for x in per))
+            out.append(row)
+    return out
+
+
+def choose_zones(table: list[dict], *, max_right_empty: float = 0.01, max_nofit_proceed: float = 0.10) -> dict:
+    """The proceed threshold: the most right proceeds net of wrong ones, with no-fit requests proceeding at
+    most ``max_nofit_proceed`` on every catalog kind; then the no-fit floor: the most no-fit requests ending
+    ``no_fit`` while right first answers end empty at most ``max_right_empty`` on every kind."""
+    ok = [r for r in table if r["nofit_proceed_worst"] <= max_nofit_proceed] or table
+    t = max(ok, key=lambda r: (r["proceed_right"] - 2 * r["proceed_wrong"], -r["proceed_threshold"]))["proceed_threshold"]
+    at_t = [r for r in table if r["proceed_threshold"] == t]
+    safe = [r for r in at_t if r["right_first_end_empty_worst"] <= max_right_empty] or \
+        [min(at_t, key=lambda r: r["no_fit_below"])]
+    return max(safe, key=lambda r: (r["nofit_no_fit"], -r["no_fit_below"]))
+
+
+def flow_main(path: Path, json_out: Path | None) -> int:
+    data = json.loads(path.read_text())
+    rows = data["rows"]
+    table = zone_table(rows)
+    chosen = choose_zones(table)
+    print(f"decision zones replayed over {len(rows)} agent-flow rows ({path.name}; catalog kinds: "
+          f"{', '.join(sorted({r['catalog'] for r in rows}))}; means over kinds, worst kind in brackets)")
+    print("| proceed at | no_fit below | proceed, right | proceed, wrong | right first -> empty | "
+          "no-fit: proceed | no-fit: no_fit |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in table:
+        if r["no_fit_below"] not in (0.02, 0.05, 0.1, 0.2) and r is not chosen:
+            continue
+        mark = " **chosen**" if r is chosen else ""
+        print(f"| {r['proceed_threshold']:.2f}{mark} | {r['no_fit_below']:.2f} | {r['proceed_right']:.1%} | "
+              f"{r['proceed_wrong']:.1%} | {r['right_first_end_empty']:.1%} ({r['right_first_end_empty_worst']:.1%}) | "
+              f"{r['nofit_proceed']:.1%} ({r['nofit_proceed_worst']:.1%}) | {r['nofit_no_fit']:.1%} |")
+    print(f"\nchosen: proceed_threshold={chosen['proceed_threshold']}, no_fit_below={chosen['no_fit_below']}")
+    if json_out:
+        json_out.write_text(json.dumps({"source": path.name, "table": table, "chosen": chosen}, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--flow", type=Path, help="agent-flow rows (benchmarks/agent_flow.py --set fit --always-second): "
+                   "choose the proceed threshold and the no-fit floor on them instead")
     p.add_argument("--model", type=Path)
     p.add_argument("--split", default="dev")
     p.add_argument("--json", type=Path)
     p.add_argument("--nofit", type=Path, help="requests written to have no tool; their split --split is used")
     p.add_argument("--limit", type=int, help="only the first N questions (the calibration fit's subset)")
     a = p.parse_args(argv)
+    if a.flow:
+        return flow_main(a.flow, a.json)
     from retrieval.pipeline.flow import load_pipeline
 
     pipe = load_pipeline(model_dir=a.model or None)  # with the public registry, as deployed

@@ -82,8 +82,14 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
     if tail and case.answerable:
         hits = pipe.index.retrieve(case.request, n1, case.eligible, k=pipe.policy.candidates)
         p = pipe.probabilities(case.request, n1, hits, pipe.policy.score_top, case.eligible)
-        row["tail_p"] = [float(x) for x in p[10:]]
+        row["tail_p"] = [round(float(x), 6) for x in p[10:]]
         row["tail_fit"] = [h.tool_id in case.targets for h in hits[10:]]
+        tail_model = getattr(pipe, "tail_confidence", None)
+        if tail_model is not None:   # the retrieval-only probability, uncapped (what a tail fit reads)
+            names = pipe._matchers(case.eligible)[2]
+            r = tail_model.probabilities(hits, None, names.find(case.request), names.find(case.request, loose=True))
+            row["tail_r"] = [round(float(x), 6) for x in r[10:]]
+        row["n_eligible"] = sum(1 for t in pipe.index.catalog.tools if case.eligible.allows(t.id))
         row["fit_rank"] = next((i + 1 for i, h in enumerate(hits) if h.tool_id in case.targets), None)
     return row
 
@@ -148,9 +154,11 @@ def flow_report(rows: Sequence[dict]) -> dict[str, dict[str, dict]]:
                 "nofit_end_no_fit": _share([r["decision"] == "no_fit" for r in none]),
                 "nofit_end_choose": _share([r["decision"] == "choose" for r in none]),
             }
-            best = np.array([r["best1"] for r in rs])
-            y = np.array([r["answerable"] and r["right1"] for r in rs], dtype=float)
-            rep["ece_best"] = float(ece(best, y)) if len(rs) else float("nan")
+            # ECE of the best probability over the answerable requests: P(the first tool is right)
+            best = np.array([r["best1"] for r in ans])
+            y = np.array([r["right1"] for r in ans], dtype=float)
+            rep["ece_best"] = float(ece(best, y)) if len(ans) else float("nan")
+            rep["nofit_mean_best"] = float(np.mean([r["best1"] for r in none])) if none else float("nan")
             tp = [p for r in ans for p in r.get("tail_p", [])]
             tf = [f for r in ans for f in r.get("tail_fit", [])]
             if tp:

@@ -45,7 +45,8 @@ from scorer.calibration import sigmoid
 if TYPE_CHECKING:
     from scorer import Scorer
 
-__all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration", "candidate_features", "combiner_file",
+__all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration", "TailCalibration", "TAIL_FILE",
+           "candidate_features", "combiner_file",
            "default_confidence_path", "first_logits"]
 
 MISSING_RANK = 201.0  # a candidate absent from one list sits just past its depth
@@ -207,6 +208,41 @@ class ConfidenceModel:
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
+
+
+@dataclass(frozen=True)
+class TailCalibration:
+    """The probability of a candidate the cross-encoder did not read (past ``score_top``):
+    ``sigmoid(a + b*logit(r) + c*log(rank) + d*log(eligible tools))`` where ``r`` is the retrieval-only
+    model's probability. The catalog's size is a feature: on a 50-tool catalog rank 30 is a tool of the
+    same small domain, on 3,000 tools it is noise. Fitted on the agent-flow rows of the fit catalogs
+    (``training/tail.py``); ``fitted_on`` says which."""
+
+    a: float
+    b: float
+    c: float
+    d: float
+    fitted_on: str = ""
+
+    def probabilities(self, retrieval_p: np.ndarray, ranks: np.ndarray, n_eligible: int) -> np.ndarray:
+        r = np.clip(np.asarray(retrieval_p, dtype=np.float64), 1e-6, 1 - 1e-6)
+        z = self.a + self.b * np.log(r / (1 - r)) + self.c * np.log(np.asarray(ranks, dtype=np.float64)) \
+            + self.d * np.log(max(int(n_eligible), 1))
+        return sigmoid(z)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TailCalibration":
+        try:
+            d = json.loads(Path(path).read_text())
+            return cls(float(d["a"]), float(d["b"]), float(d["c"]), float(d["d"]), str(d.get("fitted_on", "")))
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: malformed tail calibration ({exc})") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=1))
+
+
+TAIL_FILE = "tail_calibration.json"
 
 
 def first_logits(scorer: "Scorer", request: str, need: str | None, tools: Sequence[Tool],

@@ -76,8 +76,12 @@ class Policy:
             raise ValueError(f"score_top must be None (score all) or at least 1, got {self.score_top}")
 
     def with_overrides(self, **overrides: Any) -> "Policy":
-        """A copy with the given fields changed (unknown names raise TypeError)."""
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        """A copy with the given fields changed (unknown names raise TypeError). A proceed threshold
+        set under the no-fit floor, with no floor of its own, takes the floor down with it."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        if "proceed_threshold" in overrides and "no_fit_below" not in overrides:
+            overrides["no_fit_below"] = min(self.no_fit_below, overrides["proceed_threshold"])
+        return replace(self, **overrides)
 
 
 def score_top_flag(n: int | None) -> int | None:

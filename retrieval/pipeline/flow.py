@@ -30,7 +30,8 @@ from retrieval.shortcuts.always_available import AlwaysAvailable
 from retrieval.shortcuts.exact_names import ExactNameMatcher
 from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
-from .confidence import ConfidenceModel, combiner_file, default_confidence_path, first_logits
+from .confidence import (TAIL_FILE, ConfidenceModel, TailCalibration, combiner_file, default_confidence_path,
+                         first_logits)
 from .decision import Decided, Policy, decide_search, message
 from .definitions import FORMATS, Format, build_definitions
 from .explain import explanation, query_terms
@@ -57,6 +58,19 @@ def check_search(request: Any, k: int | None, fmt: str) -> None:
         raise ValueError(f"k must be at least 1, got {k}")
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use mcp, openai or anthropic")
+
+
+_PRODUCT_NOISE = {"mcp", "server", "servers", "official", "api", "tools", "tool", "the", "integration", "connector",
+                  "plugin", "app", "client", "sdk", "io", "com", "ai", "by", "for", "remote", "unofficial"}
+
+
+def product_key(server: str) -> str:
+    """A server's product, for telling the same product under another name: lower case, the words
+    "mcp", "server", "official", "api" and the like left out, what remains joined ("GitHub MCP Server",
+    "github-official" and "GitHub" are one product)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", server).lower()) if w]
+    kept = [w for w in words if w not in _PRODUCT_NOISE]
+    return "".join(kept or words)
 
 
 def guarded_need(request: str, need: str | None, names: ServerMentionMatcher) -> str | None:
@@ -140,6 +154,15 @@ class Pipeline:
         # fitted for indexes without examples.
         self.confidence_noex = self._noex_confidence(scorer) if not self._confidence_given and index.with_examples \
             else None
+        # Candidates the cross-encoder does not read (past ``policy.score_top``) take the retrieval-only
+        # model's probability (fitted over every candidate of the dev lists), capped at the lowest
+        # scored one so no unscored tool passes a scored one. Standing in the lowest scored logit made
+        # them 4-50x too unlikely against how often they fit (benchmarks/agent_flow.py, ranks 11-100).
+        self.tail_confidence = None if self._confidence_given or not confidence.uses_logit else \
+            ConfidenceModel.load(default_confidence_path(index.with_examples))
+        tail_file = Path(getattr(scorer, "path", None) or "") / TAIL_FILE if scorer is not None else None
+        self.tail_calibration = TailCalibration.load(tail_file) \
+            if self.tail_confidence is not None and tail_file is not None and tail_file.is_file() else None
         self.tokens = token_counter or TokenCounter()
         self._matchers_version = -1
         self._catalog_tokens: dict[tuple, int] = {}
@@ -235,16 +258,17 @@ class Pipeline:
         """Calibrated P(the tool itself does what was asked) for each hit of one ranked list
         (retrieved under ``eligible``, which bounds the server names that count)."""
         names = self._matchers(eligible or Eligibility())[2]
-        return self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True))
+        return self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True),
+                                   eligible=eligible)
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
                        named: Sequence[str], mentioned: Sequence[str], catalog: Catalog | None = None,
-                       learned: Any = None) -> np.ndarray:
+                       learned: Any = None, eligible: Eligibility | None = None) -> np.ndarray:
         if not hits:
             return np.zeros(0)
         catalog = catalog if catalog is not None else self.index.catalog
         logits = self._logits(request, need, hits, score_top, catalog)
-        return self._calibrated(hits, logits, named, mentioned, catalog, learned)
+        return self._calibrated(hits, logits, named, mentioned, catalog, learned, score_top, eligible)
 
     def _logits(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
                 catalog: Catalog) -> np.ndarray | None:
@@ -255,9 +279,12 @@ class Pipeline:
         return first_logits(self.scorer, request, need, [catalog[h.tool_id] for h in hits], score_top)
 
     def _calibrated(self, hits: Sequence[Hit], logits: np.ndarray | None, named: Sequence[str],
-                    mentioned: Sequence[str], catalog: Catalog, learned: Any = None) -> np.ndarray:
+                    mentioned: Sequence[str], catalog: Catalog, learned: Any = None,
+                    score_top: int | None = None, eligible: Eligibility | None = None) -> np.ndarray:
         """Calibrated probabilities: the confidence model for this kind of index, and the one fitted
-        without examples for the tools that have none (shipped or learned)."""
+        without examples for the tools that have none (shipped or learned); past the first
+        ``score_top`` (not read by the cross-encoder) the retrieval-only model's, capped at the
+        lowest scored probability."""
         if not hits:
             return np.zeros(0)
         p = self.confidence.probabilities(hits, logits, named, mentioned)
@@ -266,7 +293,29 @@ class Pipeline:
             bare = np.array([not catalog[h.tool_id].examples and not (learned and h.tool_id in learned) for h in hits])
             if bare.any():
                 p = np.where(bare, noex.probabilities(hits, logits, named, mentioned), p)
+        if self.tail_confidence is not None and logits is not None and score_top is not None and score_top < len(hits):
+            tail = self.tail_confidence.probabilities(hits, None, named, mentioned)[score_top:]
+            p = p.copy()
+            if self.tail_calibration is not None:
+                ranks = np.array([h.rank for h in hits[score_top:]])
+                tail = self.tail_calibration.probabilities(tail, ranks, self._eligible_count(catalog, eligible))
+                # an unscored tool never passes the best scored one
+                p[score_top:] = np.minimum(tail, p[:score_top].max())
+            else:
+                p[score_top:] = np.minimum(tail, p[:score_top].min())
         return p
+
+    def _eligible_count(self, catalog: Catalog, eligible: Eligibility | None) -> int:
+        """How many tools of ``catalog`` the search may return (cached per catalog and eligibility)."""
+        if eligible is None or eligible.unrestricted:
+            return len(catalog.tools)
+        key = ("eligible", id(catalog), eligible.servers, eligible.tools)
+        n = self._catalog_tokens.get(key)
+        if n is None:
+            n = sum(1 for t in catalog.tools if eligible.allows(t.id))
+            with self._lock:
+                self._catalog_tokens[key] = n
+        return n
 
     def rank(self, request: str, need: str | None, hits: Sequence[Hit],
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
@@ -324,7 +373,8 @@ class Pipeline:
         found = self._shortcuts(req)
         hits = self._retrieve(req, found)
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
-        probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned)
+        probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
+                                 req.policy.score_top, found.search_eligible)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results)
         result = self._output(req, found, hits, decided)
@@ -424,12 +474,15 @@ class Pipeline:
         those the request names (``named``: public, not connected), then by retrieval."""
         if self.public_index is None:
             return []
-        out: list[str] = list(named)[: policy.suggestions]
+        have = {product_key(s) for s in self.index.catalog.servers if eligible.allows_server(s)}
+        out: list[str] = [s for s in named if product_key(s) not in have][: policy.suggestions]
         for h in self.public_index.retrieve(request, need, None, k=50):
             if len(out) >= policy.suggestions:  # checked first: suggestions=0 means none
                 break
             s = h.tool_id.server
-            if s not in out and not eligible.allows_server(s):
+            # never a server the user has, nor the same product under another name ("GitHub" vs
+            # "github-mcp-server", "Notion Official")
+            if s not in out and not eligible.allows_server(s) and product_key(s) not in have:
                 out.append(s)
         return out
 

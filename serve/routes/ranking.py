@@ -80,6 +80,8 @@ def tenant_policy(pipeline: Any, tenant: Tenant) -> Any | None:
         log.warning("tenant %r has policy overrides but the pipeline exposes no .policy; using its defaults",
                     tenant.name)
         return None
+    if hasattr(base, "with_overrides"):
+        return base.with_overrides(**tenant.policy)
     return dataclasses.replace(base, **tenant.policy)
 
 

@@ -1,0 +1,79 @@
+"""The MCP find_tools and HTTP /v1/search give the same decision, zone by zone, on the same pipeline (issue 34)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve"))
+
+from fakes import HashEncoder, logit, tiny_catalog  # noqa: E402
+from gateway_fakes import LOGIT  # noqa: E402
+from mcp.shared.memory import create_connected_server_and_client_session  # noqa: E402
+from mcp_helpers import payload, run  # noqa: E402
+from real_app import key, real_client  # noqa: E402
+from retrieval.index.embedded import ToolIndex  # noqa: E402
+from retrieval.pipeline.decision import Policy  # noqa: E402
+from retrieval.pipeline.flow import Pipeline  # noqa: E402
+from serve.mcp_gateway import Components, Gateway  # noqa: E402
+from serve.mcp_server import FIND_TOOLS, build_server  # noqa: E402
+
+# Each request's best probability puts it in one zone: proceed (0.95), choose (0.4), no_fit (0.03).
+ZONED = {"forecast": 0.95, "alerts": 0.4}
+
+
+class ZoneScorer:
+    info = {"name": "zone-scorer-test", "version": 1}
+    path = None
+
+    def logits(self, request, need, tools) -> np.ndarray:
+        text = f"{request} {need or ''}".lower()
+        return np.array([logit(next((p for w, p in ZONED.items() if w in text and w in t.name), 0.03))
+                         for t in tools])
+
+    def score(self, request, need, tools):
+        return [float(1 / (1 + np.exp(-z))) for z in self.logits(request, need, tools)]
+
+
+POLICY = Policy(proceed_threshold=0.85, no_fit_below=0.1)
+CASES = [("weather forecast for Paris", "get a weather forecast for a city"),
+         ("any weather alerts near Lyon?", "list severe weather alerts for a region"),
+         ("book me a table for two tonight", "reserve a restaurant table")]
+
+
+def make_pipeline(index: ToolIndex) -> Pipeline:
+    return Pipeline(index, ZoneScorer(), confidence=LOGIT, policy=POLICY)
+
+
+@run
+async def test_mcp_and_http_decide_alike(tmp_path):
+    encoder = HashEncoder()
+    index = ToolIndex.build(tiny_catalog(), encoder=encoder)
+    components = Components(encoder, make_pipeline, lambda p: ToolIndex.load(p, encoder=encoder), lambda: None)
+    http = real_client(tmp_path, pipeline=make_pipeline(ToolIndex.build(tiny_catalog(), encoder=encoder)))
+    try:
+        gw = Gateway(components=components, index=index)
+        async with gw.running():
+            async with create_connected_server_and_client_session(build_server(gw)) as client:
+                seen = []
+                for request, need in CASES:
+                    m1 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need}))
+                    h1 = http.post("/v1/search", json={"request": request, "need": need}, headers=key("all")).json()
+                    assert m1["decision"] == h1["decision"], request
+                    m2 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need, "attempt": 2}))
+                    h2 = http.post("/v1/search", headers=key("all"), json={
+                        "request": request, "need": need,
+                        "previous": {"attempt": 1, "decision": h1["decision"]}}).json()
+                    assert m2["decision"] == h2["decision"], request
+                    assert [t["name"] for t in m2["tools"]][:1] == [t["tool"] for t in h2["tools"]][:1]
+                    seen.append((h1["decision"], h2["decision"]))
+                assert seen == [("proceed", "proceed"), ("search_again", "choose"), ("search_again", "no_fit")]
+                # a 0.6 client asks for the three old decisions: choose comes back as proceed, with its tools
+                old = http.post("/v1/search", headers=key("all"), json={
+                    "request": CASES[1][0], "need": CASES[1][1], "legacy_decisions": True,
+                    "previous": {"attempt": 1, "decision": "search_again"}}).json()
+                assert old["decision"] == "proceed" and old["tools"]
+    finally:
+        http.__exit__(None, None, None)

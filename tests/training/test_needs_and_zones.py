@@ -1,0 +1,42 @@
+"""Blind needs (merge, leak check) and the decision-zone chooser."""
+
+from __future__ import annotations
+
+import json
+
+from training.needs import leaks, merge
+from training.thresholds import choose_zones, zone_table
+
+
+def test_leak_check_flags_a_tool_identifier_the_request_does_not_have():
+    assert leaks("show me the shards of index logs", "call get_shard_allocation for logs", "get_shard_allocation")
+    assert not leaks("run get_shard_allocation on logs", "call get_shard_allocation for logs", "get_shard_allocation")
+    assert not leaks("show me the shards", "inspect shard placement of an index", "get_shard_allocation")
+
+
+def test_merge_keeps_voices_and_refuses_unknown_ids(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "in" / "a.tsv").write_text("q1\tterse\tlist my repos\nq2\tplain\tpost hi\n")
+    (tmp_path / "out" / "a.jsonl").write_text(json.dumps({"id": "q1", "need": " list  repositories ", "need2": "x y"})
+                                               + "\n" + json.dumps({"id": "zz", "need": "n"}) + "\nnot json\n")
+    stats = merge(tmp_path / "in", tmp_path / "out", tmp_path / "needs.jsonl")
+    assert stats == {"read": 3, "bad_json": 1, "unknown_id": 1, "empty": 0, "kept": 1}
+    row = json.loads((tmp_path / "needs.jsonl").read_text())
+    assert row == {"id": "q1", "voice": "terse", "need": "list repositories", "need2": "x y"}
+
+
+def _row(kind, answerable, best1, best2, right1=True, right2=True):
+    return {"catalog": kind, "mode": "need", "answerable": answerable, "best1": best1, "best2": best2,
+            "right1": right1 and answerable, "right2": right2 and answerable, "decision1": "", "decision": "",
+            "right_final": False, "empty": False}
+
+
+def test_zones_keep_right_answers_and_stop_no_fit_requests():
+    rows = [_row("a", True, 0.9, 0.9), _row("a", True, 0.5, 0.6), _row("a", True, 0.2, 0.3),
+            _row("a", False, 0.3, 0.04, False, False), _row("a", False, 0.6, 0.02, False, False),
+            _row("b", True, 0.7, 0.8), _row("b", False, 0.1, 0.03, False, False)]
+    chosen = choose_zones(zone_table(rows))
+    assert chosen["right_first_end_empty_worst"] <= 0.01
+    assert chosen["nofit_proceed_worst"] <= 0.10
+    assert chosen["no_fit_below"] <= 0.3 and chosen["nofit_no_fit"] == 1.0
