@@ -94,7 +94,10 @@ def _logits(scorer, request: str, need: str | None, index: ToolIndex, hits, scor
 
 def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100,
             modes: tuple[str, ...] = QUESTION_MODES, show_progress: bool = True,
-            score_top: int | None = None) -> Collected:
+            score_top: int | None = None, needs: dict[str, str] | None = None) -> Collected:
+    """Candidate lists of ``queries`` in each mode. ``needs``: blind needs by question id, used by the
+    ``need`` mode (and by ``abstain``, so lists without a fitting tool are seen with a need too) instead
+    of the questions' author-written ones."""
     out = Collected()
     # The shipped catalog is the public registry here, as in the pipeline's default set-up.
     registry = ServerMentionMatcher(index.catalog.servers)
@@ -104,22 +107,31 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
         it = tqdm(queries, desc="scoring dev", unit="q")
     for q in it:
         named, mentioned = registry.find(q.query), registry.find(q.query, loose=True)  # same in every mode
+        blind = (needs or {}).get(q.id)
         for mode in modes:
-            need = q.need if mode == "need" else None
-            eligible = abstain_eligibility(index, q) if mode == "abstain" else None
-            hits = index.retrieve(q.query, need, eligible, k=k)
-            if not hits:
-                continue
-            logits = None
-            if scorer is not None:
-                logits = _logits(scorer, q.query, need, index, hits, score_top)
-            y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
-            out.add(candidate_features(hits, logits, named, mentioned), y, mode)
+            runs = [None]
+            if mode == "need":
+                runs = [blind] if needs is not None else [q.need]
+            elif mode == "abstain" and blind:
+                runs = [None, blind]
+            for need in runs:
+                if mode == "need" and not need:
+                    continue
+                eligible = abstain_eligibility(index, q) if mode == "abstain" else None
+                hits = index.retrieve(q.query, need, eligible, k=k)
+                if not hits:
+                    continue
+                logits = None
+                if scorer is not None:
+                    logits = _logits(scorer, q.query, need, index, hits, score_top)
+                y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
+                out.add(candidate_features(hits, logits, named, mentioned), y, mode)
     return out
 
 
 def collect_nofit(index: ToolIndex, requests: list, scorer=None, *, k: int = 100, out: Collected | None = None,
-                  show_progress: bool = True, score_top: int | None = None) -> Collected:
+                  show_progress: bool = True, score_top: int | None = None,
+                  needs: dict[str, str] | None = None) -> Collected:
     """Lists of requests written to have no fitting tool (every server eligible): all negatives.
 
     The simulation (``abstain``) removes a labelled server from a request written *for* it;
@@ -133,12 +145,13 @@ def collect_nofit(index: ToolIndex, requests: list, scorer=None, *, k: int = 100
         from tqdm import tqdm
         it = tqdm(requests, desc="scoring no-fit", unit="q")
     for r in it:
-        hits = index.retrieve(r.query, None, None, k=k)
-        if not hits:
-            continue
-        logits = _logits(scorer, r.query, None, index, hits, score_top) if scorer is not None else None
-        out.add(candidate_features(hits, logits, registry.find(r.query), registry.find(r.query, loose=True)),
-                np.zeros(len(hits)), "nofit")
+        for need in dict.fromkeys([None, (needs or {}).get(r.id)]):   # without a need, and with its blind one
+            hits = index.retrieve(r.query, need, None, k=k)
+            if not hits:
+                continue
+            logits = _logits(scorer, r.query, need, index, hits, score_top) if scorer is not None else None
+            out.add(candidate_features(hits, logits, registry.find(r.query), registry.find(r.query, loose=True)),
+                    np.zeros(len(hits)), "nofit")
     return out
 
 
@@ -204,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: the shipped policy's; 0 = all)")
     p.add_argument("--features", help="comma-separated subset of the confidence features to fit on "
                    "(default: all of them; e.g. leave out the dense encoder's for a model that leans on the logit)")
+    p.add_argument("--needs", type=Path, help="blind needs (training/data/needs_blind.jsonl): the 'need' lists use them "
+                   "instead of the author-written needs, and abstain / no-fit lists are also scored with them")
     p.add_argument("--calibrate-on", default="request,need",
                    help="lists the second stage (list calibration) is fitted on; 'none' to skip it")
     a = p.parse_args(argv)
@@ -220,12 +235,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.model:
         from scorer import Scorer
         scorer = Scorer.load(a.model, threads=a.threads)
-    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES), score_top=a.score_top)
+    needs = None
+    if a.needs:
+        import json
+        needs = {json.loads(x)["id"]: json.loads(x)["need"] for x in a.needs.read_text().splitlines() if x.strip()}
+    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES), score_top=a.score_top,
+                  needs=needs)
     if "nofit" in modes and not a.nofit:
         p.error("--modes nofit needs --nofit FILE")
     if a.nofit:
         from retrieval.evaluation.abstention import load_nofit
-        collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col, score_top=a.score_top)
+        collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col, score_top=a.score_top, needs=needs)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
     if a.features:
@@ -239,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     kind = "without" if a.no_examples else "with"
     model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes "
                                                          f"{sorted(set(col.modes))}, index {kind} example requests"
+                                                         + (", blind needs" if needs else "")
                                                          + (f", logits of the first {a.score_top} candidates"
                                                             if scorer is not None and a.score_top else ""))
     if cal_modes:

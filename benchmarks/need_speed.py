@@ -1,0 +1,79 @@
+"""Whole-search time with and without the agent's need, against 0.6.0's default, on one machine in one run.
+
+    python benchmarks/need_speed.py [--n 200] [--threads 2]
+
+The shipped catalog's index with example requests and the shipped scorer; dev questions with their
+blind needs. Three ways, interleaved question by question so drift hits each alike: 0.6.0's default
+(no need, no tail calibration), this release without a need, and with the need. Prints the p50 / p90
+of each and the ratios of the p50s; stamped with the commit and library versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "need_speed.json")
+    a = p.parse_args(argv)
+    import onnxruntime
+
+    from retrieval.evaluation.harness import load_queries
+    from retrieval.index.default import load_or_build_default
+    from retrieval.pipeline.flow import Pipeline
+    from retrieval.version import package_version
+    from scorer import Scorer
+
+    needs = {json.loads(x)["id"]: json.loads(x) for x in
+             (ROOT / "training" / "data" / "needs_blind.jsonl").read_text().splitlines() if x.strip()}
+    qs = [q for q in load_queries(ROOT / "training" / "data" / "questions.jsonl", split="dev") if q.id in needs][: a.n]
+    index = load_or_build_default(with_examples=True)
+    scorer = Scorer.load(ROOT / "models" / "toolrank-reranker", threads=a.threads)
+    now = Pipeline(index, scorer)
+    old = Pipeline(index, scorer)
+    old.tail_confidence = old.tail_calibration = None
+    ways = {"0.6.0 default (no need)": lambda q: old.search(q.query),
+            "now, no need": lambda q: now.search(q.query),
+            "now, with the need": lambda q: now.search(q.query, needs[q.id]["need"])}
+    for f in ways.values():   # warm-up
+        f(qs[0])
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    for q in qs:
+        for name, f in ways.items():
+            t = time.perf_counter()
+            f(q)
+            times[name].append(1e3 * (time.perf_counter() - t))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    stamp = {"commit": commit, "package": package_version(), "onnxruntime": onnxruntime.__version__,
+             "python": platform.python_version(), "machine": platform.processor() or platform.machine(),
+             "threads": a.threads, "n": len(qs)}
+    base = float(np.median(times["0.6.0 default (no need)"]))
+    rows = {k: {"p50_ms": float(np.median(v)), "p90_ms": float(np.percentile(v, 90)),
+                "ratio_to_060": float(np.median(v)) / base} for k, v in times.items()}
+    rows["need over no need"] = {"ratio": rows["now, with the need"]["p50_ms"] / rows["now, no need"]["p50_ms"]}
+    print(f"whole search, {stamp}")
+    print("| way | p50 ms | p90 ms | p50 / 0.6.0's |\n|---|---:|---:|---:|")
+    for k, r in rows.items():
+        if "p50_ms" in r:
+            print(f"| {k} | {r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['ratio_to_060']:.2f}x |")
+    print(f"\nwith the need / without: {rows['need over no need']['ratio']:.2f}x")
+    a.out.write_text(json.dumps({**stamp, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
