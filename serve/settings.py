@@ -21,8 +21,12 @@ MIB = 1024 * 1024
 Seconds = Annotated[float, Field(gt=0)]
 
 # TOOLRANK_* variables read elsewhere (model cache, LLM judge, internal hand-over from the CLI).
+# Read elsewhere than Settings: the cache and model folders, the LLM endpoint of `toolrank generate`,
+# the MCP gateway's bearer token and the recursion guard it sets for the servers it starts, and the
+# public corpora folder of the benchmarks.
 OTHER_VARIABLES = frozenset({"TOOLRANK_CACHE", "TOOLRANK_MODELS", "TOOLRANK_LLM_BASE_URL", "TOOLRANK_LLM_API_KEY",
-                             "TOOLRANK_LLM_MODEL"})
+                             "TOOLRANK_LLM_MODEL", "TOOLRANK_MCP_TOKEN", "TOOLRANK_MCP_PARENTS",
+                             "TOOLRANK_PUBLIC_CORPORA"})
 
 
 class Settings(BaseSettings):

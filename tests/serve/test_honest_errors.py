@@ -191,3 +191,10 @@ def test_metrics_folders_of_dead_services_are_removed(tmp_path):
         (d / "counter_1.db").write_bytes(b"x")
     assert cli._remove_orphaned_metrics_dirs(tmp_path) == [dead]
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+def test_the_gateways_own_variables_are_not_called_unknown():
+    from serve.settings import unknown_variables
+
+    assert unknown_variables({"TOOLRANK_MCP_TOKEN": "t", "TOOLRANK_MCP_PARENTS": "/a.json",
+                              "TOOLRANK_PUBLIC_CORPORA": "/d"}) == []
