@@ -420,6 +420,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``toolrank``; a reader that closes the pipe early (``toolrank examples list | head``) ends it quietly."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Python's documented way: point stdout at /dev/null so the interpreter's final flush is quiet
+        import os
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141   # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     head = 1 if argv[:1] in (["-v"], ["--verbose"]) else 0   # `toolrank -v serve ...`
     if len(argv) > head and argv[head] in FORWARDED:
@@ -439,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         a.k = 100 if a.retrieval_only else None
     try:
         return a.func(a)
+    except BrokenPipeError:
+        raise
     except (ValueError, OSError) as exc:  # domain errors: one line, no traceback
         print(f"toolrank {a.cmd}: {exc}", file=sys.stderr)
         return 2

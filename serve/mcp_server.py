@@ -420,11 +420,16 @@ class BearerAuth:
 
     def __init__(self, app: Any, token: str):
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def _token(self, header: bytes) -> bytes:
+        """The credentials of an ``Authorization`` header; the scheme is case-insensitive (RFC 7235)."""
+        scheme, _, credentials = header.strip().partition(b" ")
+        return credentials.strip() if scheme.lower() == b"bearer" else b""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            given = self._token(dict(scope.get("headers") or []).get(b"authorization", b""))
             if not hmac.compare_digest(given, self.expected):
                 body = json.dumps({"error": "unauthorized: send the header 'Authorization: Bearer <token>' "
                                             "(toolrank mcp printed where the token is when it started)"}).encode()

@@ -162,3 +162,28 @@ def test_servers_still_starting_are_marked():
     proceed = SearchResult("proceed", [_tool("weather", "get_forecast", 0.9)], 0.9, 1, message="Proceed.")
     out = find_payload(proceed, gateway=_Gateway(starting=["slow"]))
     assert out["starting"] == ["slow"] and "Still starting: slow" in out["message"]
+
+
+@pytest.mark.parametrize("header, ok", [(b"Bearer s3cret-token-0123456789", True),
+                                        (b"bearer s3cret-token-0123456789", True),      # RFC 7235: any case
+                                        (b"BEARER  s3cret-token-0123456789", True),
+                                        (b"Basic s3cret-token-0123456789", False),
+                                        (b"Bearer wrong", False), (b"", False)])
+def test_bearer_scheme_is_case_insensitive(header, ok):
+    import anyio
+
+    from serve.mcp_server import BearerAuth
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(True)
+
+    sent = []
+
+    async def send(msg):
+        sent.append(msg)
+
+    auth = BearerAuth(app, "s3cret-token-0123456789")
+    anyio.run(auth, {"type": "http", "headers": [(b"authorization", header)] if header else []}, None, send)
+    assert bool(seen) == ok and (not ok) == bool(sent and sent[0].get("status") == 401)
