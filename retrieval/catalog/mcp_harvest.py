@@ -356,6 +356,9 @@ def _parse_server(path: Path, name: str, entry: Any, warnings: list[str]) -> Ser
     if not isinstance(entry, dict):
         raise McpConfigError(f"{at}: each server must be an object with 'command' (stdio) or 'url' (HTTP)")
     raw_keys = list(entry)
+    if entry.get("source") == "extension" and "command" not in entry and "url" not in entry:
+        # Zed: a server an editor extension provides and starts itself; there is nothing here to run
+        return "provided by a Zed extension (no command or url here); toolrank cannot start it"
     entry = _normalize(entry, at, warnings)
     disabled = entry.get("disabled", False)
     if not isinstance(disabled, bool):

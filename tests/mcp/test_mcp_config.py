@@ -131,3 +131,15 @@ def test_mcp_subprocess_keeps_stdout_clean_on_error(tmp_path):
                           timeout=30)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"toolrank mcp: {tmp_path / 'none.json'}: MCP configuration file not found"
+
+
+def test_a_zed_extension_server_is_skipped_not_refused(tmp_path):
+    """Zed's settings.json may hold a server an extension provides (no command): that entry is skipped with
+    its reason, the others load."""
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"context_servers": {
+        "postgres": {"source": "extension", "settings": {"database_url": "postgres://x"}},
+        "weather": {"command": "python", "args": ["-m", "weather"]}}}))
+    cfg = load_mcp_config(path)
+    assert list(cfg.servers) == ["weather"]
+    assert "Zed extension" in cfg.skipped["postgres"]
