@@ -107,6 +107,42 @@ def corpus_cases(name: str, needs: dict, n: int, rng: random.Random) -> tuple[li
     return cases, corpus.catalog
 
 
+def plot_reliability(rows: list[dict], path: Path, mode: str = "need") -> Path | None:
+    """One reliability diagram per catalog kind: the first answer's best probability (10 bins) against how
+    often its first tool was right, answerable requests of ``mode``."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    import numpy as np
+
+    kinds = sorted({r["catalog"] for r in rows})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        rs = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and r["answerable"]]
+        p = np.array([r["best1"] for r in rs])
+        y = np.array([r["right1"] for r in rs], dtype=float)
+        bins = np.minimum((p * 10).astype(int), 9)
+        xs = [p[bins == b].mean() for b in range(10) if (bins == b).sum() >= 3]
+        ys = [y[bins == b].mean() for b in range(10) if (bins == b).sum() >= 3]
+        ns = [(bins == b).sum() for b in range(10) if (bins == b).sum() >= 3]
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+        ax.scatter(xs, ys, s=[8 + 2 * n for n in ns])
+        ax.plot(xs, ys)
+        ax.set_title(f"{kind} (n={len(rs)})", fontsize=9)
+        ax.set_xlabel("best probability")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+    axes[0][0].set_ylabel("share whose first tool is right")
+    fig.suptitle(f"reliability of the first answer's best probability, day one, mode '{mode}'", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", choices=sorted(SETS), default="report")
@@ -171,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     print(format_flow(rep))
     out = a.out or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
     out.write_text(json.dumps({**stamp, "report": rep, "rows": rows}, indent=0))
+    for mode in modes:
+        png = plot_reliability(rows, out.with_name(f"{out.stem}_reliability_{mode}.png"), mode)
+        if png:
+            print(f"reliability diagram: {png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}")
     return 0
 
 

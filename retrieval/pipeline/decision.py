@@ -42,8 +42,11 @@ class Policy:
     the agent's need (README, "Decision zones"; ``training/thresholds.py``).
     """
 
-    proceed_threshold: float = 0.85   # chosen on dev for 0.3.0 (Youden J against written no-fit requests)
-    no_fit_below: float = 0.10        # the second attempt's no-fit floor (README, "Decision zones")
+    proceed_threshold: float = 0.85   # 0.3.0's on dev (Youden J); chosen again on the agent flow (zones_fit.md)
+    # The second attempt's no-fit floor: under it, no_fit; between it and proceed_threshold, choose.
+    # Both chosen on the agent flow over catalogs shaped like users' (MCP-Zero dev organisations and the
+    # five training corpora, day one, with and without a need): benchmarks/results/zones_fit.md.
+    no_fit_below: float = 0.30
     floor: float = 0.05                 # tools below this join only to reach min_results
     min_results: int = 5
     max_results: int = 10
