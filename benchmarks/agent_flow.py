@@ -119,8 +119,12 @@ def plot_reliability(rows: list[dict], path: Path, mode: str = "need") -> Path |
     import numpy as np
 
     kinds = sorted({r["catalog"] for r in rows})
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.4), squeeze=False)
-    for ax, kind in zip(axes[0], kinds):
+    ncols = min(4, len(kinds))
+    nrows = -(-len(kinds) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(kinds):]:
+        ax.axis("off")
+    for ax, kind in zip(axes.flat, kinds):
         rs = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and r["answerable"]]
         p = np.array([r["best1"] for r in rs])
         y = np.array([r["right1"] for r in rs], dtype=float)
@@ -135,7 +139,8 @@ def plot_reliability(rows: list[dict], path: Path, mode: str = "need") -> Path |
         ax.set_xlabel("best probability")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
-    axes[0][0].set_ylabel("share whose first tool is right")
+    for row in axes:
+        row[0].set_ylabel("share whose first tool is right")
     fig.suptitle(f"reliability of the first answer's best probability, day one, mode '{mode}'", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -156,7 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-fit-below", type=float)
     p.add_argument("--out", type=Path)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot-only", type=Path, help="redraw the reliability diagrams of an earlier run's JSON")
     a = p.parse_args(argv)
+    if a.plot_only:
+        rows = json.loads(a.plot_only.read_text())["rows"]
+        for mode in sorted({r["mode"] for r in rows}):
+            print(plot_reliability(rows, a.plot_only.with_name(f"{a.plot_only.stem}_reliability_{mode}.png"), mode))
+        return 0
     logging.basicConfig(level=logging.WARNING)
     from benchmarks.ablation import CachedScorer
     from retrieval.index.default import load_or_build_default

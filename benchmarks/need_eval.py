@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--needs", type=Path, default=ROOT / "training" / "data" / "needs_blind.jsonl")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "need_eval.json")
     p.add_argument("--limit", type=int, default=0, help="first N questions of each set (0: all)")
+    p.add_argument("--baseline", type=Path, help="a folder with 0.6.0's combiner.json and combiner-noex.json "
+                   "(e.g. from git: git show c1428d1:models/toolrank-reranker/combiner.json); the same ONNX "
+                   "model's logits are used. Default: this release's confidence models without the tail calibration")
     a = p.parse_args(argv)
     from benchmarks.ablation import CachedScorer
     from retrieval.index.default import load_or_build_default
@@ -49,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     for examples in (False, True):
         index = load_or_build_default(with_examples=examples, show_progress=True)
         pipe = Pipeline(index, scorer, policy=policy)
-        old = Pipeline(index, scorer, policy=policy)
+        old_scorer = scorer
+        if a.baseline:   # the same logits (one cache), 0.6.0's confidence models
+            old_scorer = CachedScorer(scorer.scorer)
+            old_scorer.cache, old_scorer.path = scorer.cache, a.baseline
+        old = Pipeline(index, old_scorer, policy=policy)
         old.tail_confidence = old.tail_calibration = None          # 0.6.0: the lowest scored logit stands in
         retrieval_only = Pipeline(index, None, policy=policy)
         rerankers = pipeline_rerankers(STAGES, pipe, retrieval_only, policy.score_top)

@@ -93,7 +93,7 @@ def test_replay_follows_the_zones():
 
 # ------------------------------------------------------------------ ranks past score_top
 
-def test_tail_calibration_lifts_unscored_candidates_but_never_past_the_best_scored(tmp_path):
+def test_tail_calibration_applies_to_unscored_candidates_but_never_past_a_scored_one(tmp_path):
     tail = TailCalibration(a=-2.0, b=0.5, c=-0.5, d=-0.2, fitted_on="test")
     tail.save(tmp_path / "t.json")
     assert TailCalibration.load(tmp_path / "t.json") == tail
@@ -104,13 +104,16 @@ def test_tail_calibration_lifts_unscored_candidates_but_never_past_the_best_scor
         TailCalibration.load(tmp_path / "bad.json")
 
     (tmp_path / "combiner-noex.json").write_text(json.dumps(LOGIT.to_dict()))
-    TailCalibration(a=5.0, b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")   # p ~ 0.99 for every tail
     index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
-    pipe = Pipeline(index, FakeScorer({"get_forecast": 0.6}, default=0.01, path=tmp_path), policy=Policy(score_top=2))
     hits = index.retrieve("weather forecast", None, k=8)
+    TailCalibration(a=5.0, b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")   # p ~ 0.99 for every tail
+    pipe = Pipeline(index, FakeScorer({"get_forecast": 0.6}, default=0.01, path=tmp_path), policy=Policy(score_top=2))
+    assert pipe.tail_calibration is not None
     probs = pipe.probabilities("weather forecast", None, hits, 2)
-    assert probs[2:].max() <= probs[:2].max() + 1e-12     # capped at the best scored probability
-    assert probs[2:].min() > 0.5                          # and no longer the lowest scored logit
+    assert probs[2:].max() <= probs[:2].min() + 1e-12     # never above a scored candidate
+    TailCalibration(a=-12.0, b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")  # p ~ 6e-6
+    low = Pipeline(index, FakeScorer({"get_forecast": 0.6}, default=0.01, path=tmp_path), policy=Policy(score_top=2))
+    assert np.allclose(low.probabilities("weather forecast", None, hits, 2)[2:], 1 / (1 + np.exp(12.0)))
 
 
 def test_suggestions_skip_the_same_product_under_another_name():
