@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="curve.jsonl of a distillation run (or a saved .json copy); several: its stages, in order "
                         "(a later stage's rows count the earlier stages' pairs and minutes)")
     p.add_argument("--out", type=Path, help="write OUT.png and OUT.json")
+    p.add_argument("--sets", help="comma-separated dev sets to print and plot (default: every one), "
+                   "e.g. hybrid,need_hybrid,smithery_hybrid,corpora_hybrid")
     a = p.parse_args(argv)
     rows = []
     for stage, curve in enumerate(a.curve, 1):
@@ -45,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
                 r["pairs"], r["train_minutes"] = r["total_pairs"], r["total_train_minutes"]
             rows.append(r)
     sets = sorted({k[: -len("_mrr")] for r in rows for k in r if k.endswith("_mrr")})
+    if a.sets:
+        wanted = [x.strip() for x in a.sets.split(",") if x.strip()]
+        unknown = sorted(set(wanted) - set(sets))
+        if unknown:
+            p.error(f"--sets: no {', '.join(unknown)} in the curve; it has {', '.join(sets)}")
+        sets = wanted
     head = "| stage | step | pairs seen | training minutes | " + " | ".join(f"{s} MRR | {s} rank 1 | {s} top 5" for s in sets) + " |"
     print(head)
     print("|" + "---:|" * (4 + 3 * len(sets)))
@@ -64,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         fig, ax = plt.subplots(figsize=(7, 4))
         for s in sets:
             ax.plot([r["pairs"] for r in rows], [r[f"{s}_mrr"] for r in rows], marker="o", label=f"{s} MRR")
-            ax.plot([r["pairs"] for r in rows], [r[f"{s}_top1"] for r in rows], marker=".", linestyle="--",
-                    label=f"{s} rank 1")
+            if all(f"{s}_top1" in r for r in rows):
+                ax.plot([r["pairs"] for r in rows], [r[f"{s}_top1"] for r in rows], marker=".", linestyle="--",
+                        label=f"{s} rank 1")
         for r in rows:
             ax.annotate(f"{r['train_minutes']:.0f} min", (r["pairs"], r[f"{sets[0]}_mrr"]), fontsize=7,
                         textcoords="offset points", xytext=(0, 6), ha="center")
