@@ -357,7 +357,8 @@ class Gateway:
             with anyio.fail_after(b.timeout_s):
                 listed = await b.within(conn, lambda: list_all_tools(conn.session))
             description = server_description(b.spec, conn.init)
-            tools, problems = tools_from_listing(b.name, description, listed, str(self.config.path))
+            tools, problems = tools_from_listing(b.name, description, listed, str(self.config.path),
+                                                 b.spec.disabled_tools)
         except ConnectionLost as exc:
             b.drop(conn)
             b.list_error = f"the connection ended while listing its tools ({exc})"
@@ -481,7 +482,9 @@ class Gateway:
             return (f"refused: {server!r} is not one of the configured servers you may use ({names}); "
                     "call a tool that find_tools returned, with its 'server' as given. Nothing was run.")
         index = self.index          # a catalog is replaced whole, never changed: safe to read unlocked
-        known = index is not None and ToolId(server, tool) in index.catalog
+        # a tool the configuration switches off (disabledTools) is never callable, even from an older saved index
+        known = index is not None and ToolId(server, tool) in index.catalog \
+            and tool not in self.backends[server].spec.disabled_tools
         down = self.unavailable().get(server)
         if not known and down:
             return (f"server {server!r} is not available ({down}), so its tools are "

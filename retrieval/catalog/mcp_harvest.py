@@ -74,7 +74,7 @@ _TYPES = {"stdio": "stdio", "local": "stdio", "http": "http", "streamable-http":
           "streamable_http": "http", "remote": "http", "sse": "sse"}
 # The keys toolrank uses, per server entry (after the client's own spellings are mapped to them).
 _USED_KEYS = {"command", "args", "env", "envFile", "cwd", "url", "serverUrl", "httpUrl", "headers", "type",
-              "transportType", "timeout", "description", "disabled", "enabled"}
+              "transportType", "timeout", "description", "disabled", "enabled", "disabledTools"}
 # Keys clients write for their own purposes (permissions, UI, Zed's extension settings): ignored quietly.
 _CLIENT_KEYS = {"autoApprove", "alwaysAllow", "source", "settings", "dev", "gallery", "version", "trust",
                 "networkTimeout", "name", "icon", "id", "oauth"}
@@ -181,6 +181,7 @@ class ServerSpec:
     timeout_s: float | None = None
     description: str = ""
     origin: Path | None = field(default=None, repr=False, compare=False)   # the configuration file
+    disabled_tools: tuple[str, ...] = ()   # Windsurf's "disabledTools": never indexed, never callable
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -390,6 +391,9 @@ def _parse_server(path: Path, name: str, entry: Any, warnings: list[str]) -> Ser
     description = entry.get("description", "")
     if not isinstance(description, str):
         raise McpConfigError(f"{at}: 'description' must be a string")
+    off = entry.get("disabledTools", [])
+    if not isinstance(off, list) or not all(isinstance(t, str) for t in off):
+        raise McpConfigError(f"{at}: 'disabledTools' must be a list of tool names")
     if disabled:
         return "disabled in the configuration"
     base = path.parent
@@ -421,7 +425,8 @@ def _parse_server(path: Path, name: str, entry: Any, warnings: list[str]) -> Ser
                     raise McpConfigError(f"{at}: 'cwd' must be a folder path")
                 cwd = (base / _expand(cwd, at, base, warnings)).resolve()   # relative to the configuration file
             return ServerSpec(name=name, command=command, args=tuple(args), env=env, cwd=cwd,
-                              timeout_s=float(timeout) if timeout else None, description=description, origin=path)
+                              timeout_s=float(timeout) if timeout else None, description=description, origin=path,
+                              disabled_tools=tuple(off))
         url = entry["url"]
         if not isinstance(url, str):
             raise McpConfigError(f"{at}: 'url' must be an http:// or https:// address")
@@ -433,7 +438,7 @@ def _parse_server(path: Path, name: str, entry: Any, warnings: list[str]) -> Ser
             headers = {k: _expand(v, at, base, warnings)
                        for k, v in _str_map(entry["headers"], at, "headers", warnings).items()}
         return ServerSpec(name=name, url=url, headers=headers, timeout_s=float(timeout) if timeout else None,
-                          description=description, origin=path)
+                          description=description, origin=path, disabled_tools=tuple(off))
     except _Skip as skip:
         return str(skip)
 
@@ -721,15 +726,19 @@ async def list_all_tools(session: "ClientSession", *, max_pages: int = MAX_PAGES
     raise HarvestError(f"tools/list went on for more than {max_pages} pages")
 
 
-def tools_from_listing(server: str, description: str, listed: list[Any], where: str) -> tuple[list[Tool], list[str]]:
+def tools_from_listing(server: str, description: str, listed: list[Any], where: str,
+                       disabled: Sequence[str] = ()) -> tuple[list[Tool], list[str]]:
     """Tool records from one server's ``tools/list`` pages, each validated like every other
     catalog input, and one line per tool left out (no name, a non-string description, a schema
     that is not an object or too deep, a name listed twice: every tool of that name is left out,
-    since which one would run is unclear).
+    since which one would run is unclear). Tools the configuration switches off (``disabled``,
+    Windsurf's ``disabledTools``) are left out without a word: never indexed, so never callable.
 
     Raises:
         CatalogError: the server lists tools, but none of them is valid.
     """
+    off = set(disabled)
+    listed = [t for t in listed if not (isinstance(t, dict) and t.get("name") in off)]
     tools: list[Tool] = []
     problems: list[str] = []
     counts: dict[str, int] = {}
@@ -869,7 +878,8 @@ async def harvest_server(spec: ServerSpec, *, timeout_s: float = DEFAULT_TIMEOUT
                     listed = await list_all_tools(session)
                     description = server_description(spec, init)
                     seconds = time.perf_counter() - t0   # start to last page; stopping it is not counted
-            tools, problems = tools_from_listing(spec.name, description, listed, where or spec.name)
+            tools, problems = tools_from_listing(spec.name, description, listed, where or spec.name,
+                                                 spec.disabled_tools)
         except Exception as exc:  # noqa: BLE001 - a server's fault is reported, never raised
             reason = describe_error(exc, spec, timeout, _stderr_tail(errlog))
             log.debug("server %r failed", spec.name, exc_info=True)

@@ -17,6 +17,7 @@ from fakes import HashEncoder, tiny_catalog
 from gateway_fakes import components
 from mcp_helpers import payload, run, server, text, write_config
 from retrieval.catalog.mcp_harvest import load_mcp_config
+from retrieval.catalog.model import ToolId
 from retrieval.index.embedded import ToolIndex
 from retrieval.version import package_version
 from serve.mcp_gateway import Gateway, gateway_eligibility
@@ -93,3 +94,19 @@ async def test_when_every_server_fails_find_says_so_in_process(tmp_path):
         assert set(gw.unavailable()) == {"dies"}
         down = await client.call_tool(CALL_TOOL, {"server": "dies", "tool": "echo", "arguments": {"text": "x"}})
         assert down.isError and "server 'dies' is not available" in text(down)
+
+
+@run
+async def test_a_tool_switched_off_in_the_configuration_is_never_indexed_or_called(tmp_path):
+    """Windsurf's ``disabledTools``: the tool is not indexed, not found, and a call to it runs nothing."""
+    cfg = load_mcp_config(write_config(tmp_path / "mcp.json", {
+        "weather": server("weather", disabledTools=["get_forecast"])}))
+    assert cfg.servers["weather"].disabled_tools == ("get_forecast",)
+    async with in_process(config=cfg) as (gw, client):
+        found = payload(await client.call_tool(FIND_TOOLS, {"request": "get the weather forecast for Paris",
+                                                            "need": "weather forecast for a city"}))
+        assert all(t["name"] != "get_forecast" for t in found["tools"])
+        assert gw.tool_count() >= 1 and ToolId("weather", "get_forecast") not in gw.index.catalog
+        call = await client.call_tool(CALL_TOOL, {"server": "weather", "tool": "get_forecast",
+                                                  "arguments": {"city": "Paris"}})
+        assert call.isError and "Nothing was run" in text(call)
