@@ -191,11 +191,24 @@ def _index_mcp(a: argparse.Namespace) -> int:
     # Absolute paths: the client starts toolrank from a folder of its own choosing.
     args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + \
         (["--index", str(Path(report.path).resolve())] if a.index else [])
-    import shutil   # the full path: clients (Claude Desktop, ...) start servers without this shell's PATH
-    command = shutil.which("toolrank") or "toolrank"
+    command = toolrank_command()
     print("next: add toolrank to your MCP client's configuration:\n"
           + json.dumps({"mcpServers": {"toolrank": {"command": command, "args": args}}}))
     return 1 if report.failed or examples_status else 0
+
+
+def toolrank_command(argv0: str | None = None) -> str:
+    """The full path of the running ``toolrank``: clients (Claude Desktop, ...) start servers without this
+    shell's PATH. The program that was run (``/opt/venv/bin/toolrank`` run by its path, no venv active)
+    first, then the one on PATH, else the script beside this interpreter."""
+    import shutil
+
+    argv0 = argv0 if argv0 is not None else sys.argv[0]
+    ran = Path(argv0)
+    if ran.name.startswith("toolrank") and ran.is_file():
+        return str(ran.resolve())
+    beside = Path(sys.executable).with_name("toolrank")
+    return shutil.which("toolrank") or (str(beside) if beside.is_file() else "toolrank")
 
 
 def _mcp_examples(a: argparse.Namespace, path: Path) -> int:

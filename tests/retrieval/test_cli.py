@@ -152,3 +152,15 @@ def test_a_closed_pipe_ends_quietly(monkeypatch, capsys):
     monkeypatch.setattr(cli.os if hasattr(cli, "os") else __import__("os"), "dup2", lambda *a: None, raising=False)
     assert cli.main(["examples", "list"]) == 141
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_next_snippet_names_the_toolrank_that_ran(tmp_path, monkeypatch):
+    """Run by its full path with no venv on PATH, the snippet must not print a bare `toolrank`."""
+    from retrieval.cli import toolrank_command
+
+    exe = tmp_path / "venv" / "bin" / "toolrank"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert toolrank_command(str(exe)) == str(exe.resolve())
+    assert toolrank_command("python") != ""   # run as a module: PATH or beside the interpreter, else the name
