@@ -260,7 +260,8 @@ class Gateway:
     def __init__(self, *, components: Components, config: McpConfig | None = None,
                  index: "ToolIndex | None" = None, eligible: Eligibility | None = None,
                  policy_overrides: dict[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None):
+                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None,
+                 learn: bool = True, tenant: str | None = None):
         from retrieval.pipeline.decision import Policy
 
         if config is None and index is None:
@@ -275,7 +276,7 @@ class Gateway:
         self.call_timeout_s = call_timeout_s
         self.index_dir = index_dir
         from .usage import GatewayUsage   # learning from use: successful calls to found tools (docs/day-one.md)
-        self.usage = GatewayUsage.for_index(index_dir)
+        self.usage = GatewayUsage.for_index(index_dir, learn=learn, **({"tenant": tenant} if tenant else {}))
         self.backends: dict[str, Backend] = {}
         if config is not None:
             self.backends = {name: Backend(spec, timeout_s=timeout_s, on_tools_changed=self._tools_changed)

@@ -655,10 +655,14 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
         raise ValueError(f"no server is left to use: {given} ha{'ve' if ' and ' in given else 's'} none in common "
                          f"with {'the configuration' if config is not None else 'the index'} "
                          f"({', '.join(names[:20])}{' ...' if len(names) > 20 else ''})")
+    if a.no_save and config is not None:
+        log.warning("--no-save: nothing is written, so learning from use is off too")
     return Gateway(components=components, config=config, index=index, eligible=eligible,
                    policy_overrides=dict(tenant.policy) if tenant is not None else None,
                    timeout_s=a.timeout, call_timeout_s=a.call_timeout,
-                   index_dir=None if a.no_save else index_dir)
+                   index_dir=None if a.no_save else index_dir,
+                   learn=tenant.learn_from_use if tenant is not None else True,
+                   tenant=tenant.name if tenant is not None else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -396,22 +396,26 @@ class GatewayUsage:
     """What the gateway's ``find_tools`` offered recently, and learning from its ``call_tool`` results
     (tenant ``local``, stored beside the gateway's index folder)."""
 
-    def __init__(self, root: str | Path, *, recent: int = 20):
+    def __init__(self, root: str | Path, *, recent: int = 20, tenant: str = LOCAL_TENANT):
         self.book = UsageBook(root)
+        self.tenant = tenant
         self._recent: list[tuple[str, Offer]] = []
         self._n = 0
         self._max = recent
         self._lock = threading.Lock()
 
     @classmethod
-    def for_index(cls, index_dir: str | Path | None) -> "GatewayUsage | None":
-        if index_dir is None or not GatewaySettings().learn_from_use:
+    def for_index(cls, index_dir: str | Path | None, *, learn: bool = True,
+                  tenant: str = LOCAL_TENANT) -> "GatewayUsage | None":
+        """Learning beside the gateway's index folder, or None: no folder (``--no-save``), the setting off,
+        or the tenant's ``learn_from_use = false`` (``learn``). ``tenant``: whose examples they are."""
+        if index_dir is None or not learn or not GatewaySettings().learn_from_use:
             return None
         index_dir = Path(index_dir)
-        return cls(index_dir.with_name(index_dir.name + "-usage"))
+        return cls(index_dir.with_name(index_dir.name + "-usage"), tenant=tenant)
 
     def learned(self) -> LearnedExamples | None:
-        return self.book.learned(LOCAL_TENANT)
+        return self.book.learned(self.tenant)
 
     def offered(self, request: str, need: str | None, result: Any) -> None:
         if result is None:
@@ -421,7 +425,7 @@ class GatewayUsage:
             rid = f"find-{self._n}"
             self._recent = (self._recent + [(rid, Offer(request, need, tuple(t.tool_id for t in result.tools),
                                                         time.time()))])[-self._max:]
-        self.book.offered(LOCAL_TENANT, rid, request, need, [t.tool_id for t in result.tools])
+        self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools])
 
     def called(self, server: str, tool: str, result: Any) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool."""
@@ -432,6 +436,6 @@ class GatewayUsage:
             return
         rid, offer = next(((r, o) for r, o in reversed(recent) if tid in o.tools), recent[-1])
         try:
-            self.book.feedback(LOCAL_TENANT, offer, rid, tid, not bool(getattr(result, "isError", False)))
+            self.book.feedback(self.tenant, offer, rid, tid, not bool(getattr(result, "isError", False)))
         except Exception:   # learning must never break a call
             log.warning("could not record the call to %s for learning", tid, exc_info=True)

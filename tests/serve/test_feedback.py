@@ -115,3 +115,15 @@ def test_learning_can_be_switched_off_per_tenant(tmp_path):
             assert feedback(q, "all", "fixed-id", first["server"], first["tool"]).json()["learned"] is True
     finally:
         KEYS.pop("quiet", None)
+
+
+def test_the_gateways_learning_follows_its_tenant(tmp_path):
+    """`toolrank mcp --tenants F --tenant alice`: alice's `learn_from_use = false` means no learning at all,
+    and when she learns, it is as alice, not as the gateway's `local`."""
+    from serve.usage import LOCAL_TENANT, GatewayUsage
+
+    assert GatewayUsage.for_index(tmp_path / "ix", learn=False, tenant="alice") is None
+    assert GatewayUsage.for_index(None) is None                               # --no-save: nothing written
+    usage = GatewayUsage.for_index(tmp_path / "ix", tenant="alice")
+    assert usage is not None and usage.tenant == "alice"
+    assert GatewayUsage.for_index(tmp_path / "ix").tenant == LOCAL_TENANT
