@@ -444,9 +444,28 @@ def _parse_server(path: Path, name: str, entry: Any, warnings: list[str]) -> Ser
 
 
 def _strip_jsonc(text: str) -> str:
-    """JSON with comments and trailing commas (VS Code's and Zed's settings files) as plain JSON."""
+    """JSON with comments and trailing commas (VS Code's and Zed's settings files) as plain JSON.
+
+    One pass that knows where strings are: a comment or a trailing comma is only one outside a string
+    (``["a, ]"]`` stays as it is)."""
     out: list[str] = []
     i, n, in_str = 0, len(text), False
+
+    def next_significant(k: int) -> str:
+        """The first character from ``k`` on that is not white space or inside a comment."""
+        while k < n:
+            if text[k].isspace():
+                k += 1
+            elif text.startswith("//", k):
+                j = text.find("\n", k)
+                k = n if j < 0 else j
+            elif text.startswith("/*", k):
+                j = text.find("*/", k + 2)
+                k = n if j < 0 else j + 2
+            else:
+                return text[k]
+        return ""
+
     while i < n:
         c = text[i]
         if in_str:
@@ -468,10 +487,12 @@ def _strip_jsonc(text: str) -> str:
             out.append(" ")
             i = n if j < 0 else j + 2
             continue
+        elif c == "," and next_significant(i + 1) in ("}", "]"):
+            pass                                   # a trailing comma
         else:
             out.append(c)
         i += 1
-    return re.sub(r",(\s*[}\]])", r"\1", "".join(out))
+    return "".join(out)
 
 
 def _servers_section(path: Path, data: Any) -> tuple[str, Any]:

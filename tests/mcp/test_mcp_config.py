@@ -143,3 +143,15 @@ def test_a_zed_extension_server_is_skipped_not_refused(tmp_path):
     cfg = load_mcp_config(path)
     assert list(cfg.servers) == ["weather"]
     assert "Zed extension" in cfg.skipped["postgres"]
+
+
+@pytest.mark.parametrize("text, value", [
+    ('["a, ]"]', ["a, ]"]),                                   # a comma and bracket inside a string stay
+    ('{"a": [1, 2, ], // note\n "b": "x, }", /* c */ }', {"a": [1, 2], "b": "x, }"}),
+    ('{"u": "http://host//path",}', {"u": "http://host//path"}),
+    ('[1, /* c */ ]', [1]),
+])
+def test_comments_and_trailing_commas_only_outside_strings(text, value):
+    from retrieval.catalog.mcp_harvest import _strip_jsonc
+
+    assert json.loads(_strip_jsonc(text)) == value
