@@ -657,6 +657,8 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
                          f"({', '.join(names[:20])}{' ...' if len(names) > 20 else ''})")
     if a.no_save and config is not None:
         log.warning("--no-save: nothing is written, so learning from use is off too")
+    if tenant is not None and not tenant.learn_from_use and config is not None:
+        log.warning("tenant %r has learn_from_use = false: this gateway learns nothing from its calls", tenant.name)
     return Gateway(components=components, config=config, index=index, eligible=eligible,
                    policy_overrides=dict(tenant.policy) if tenant is not None else None,
                    timeout_s=a.timeout, call_timeout_s=a.call_timeout,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import logging
 import sys
 import tempfile
@@ -68,16 +69,28 @@ def usage_root_for(path: str | Path) -> Path:
     return path
 
 
+def _private(path: Path, mode: int) -> None:
+    """``chmod`` where the file system allows it (a read-only or foreign-owned folder is left as it is)."""
+    try:
+        os.chmod(path, mode)
+    except OSError:
+        pass
+
+
 class TenantUsage:
     """One tenant's learned examples (an :class:`IndexStore` of :class:`LearnedExamples`) and feedback log."""
 
     def __init__(self, root: str | Path, tenant: str, *, limit: int = DEFAULT_LIMIT, refresh_s: float = 1.0):
         self.tenant = tenant
         self.root = Path(root) / tenant_folder(tenant)
-        self.root.mkdir(parents=True, exist_ok=True)
+        # What users typed is kept here: folders 0700 and files 0600, whatever the umask.
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for folder in (self.root.parent, self.root):
+            _private(folder, 0o700)
         marker = self.root / "tenant.json"
         if not marker.exists():
             marker.write_text(json.dumps({"tenant": tenant}, ensure_ascii=False), encoding="utf-8")
+            _private(marker, 0o600)
         self.store = IndexStore(self.root, LearnedExamples.load, keep=3)
         self.limit = limit
         self.refresh_s = refresh_s
@@ -125,7 +138,8 @@ class TenantUsage:
         """Append one feedback event (under the store's lock: one line per event, whole)."""
         line = dumps_line(event) + "\n"
         with self._lock, self.store.write_lock():
-            with open(self.feedback_path, "a", encoding="utf-8") as fh:
+            fd = os.open(self.feedback_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with open(fd, "a", encoding="utf-8") as fh:
                 fh.write(line)
 
     def events(self) -> list[dict[str, Any]]:

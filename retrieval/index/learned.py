@@ -169,8 +169,9 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         data = self.to_dict()
         if not round_trips(data):
             raise CatalogError("learned examples cannot be stored as JSON and read back unchanged")
-        with written_aside(directory) as tmp:
-            with open(tmp / FILE, "w", encoding="utf-8") as fh:
+        with written_aside(directory) as tmp:   # mkdtemp: a 0700 folder; the file 0600 (what users typed)
+            fd = os.open(tmp / FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "w", encoding="utf-8") as fh:
                 fh.write(dumps_line(data) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -127,3 +127,27 @@ def test_the_gateways_learning_follows_its_tenant(tmp_path):
     usage = GatewayUsage.for_index(tmp_path / "ix", tenant="alice")
     assert usage is not None and usage.tenant == "alice"
     assert GatewayUsage.for_index(tmp_path / "ix").tenant == LOCAL_TENANT
+
+
+def test_learned_text_is_private_on_disk(tmp_path):
+    """What users typed is stored in 0600 files inside 0700 folders, whatever the umask."""
+    import os
+    import stat
+
+    from retrieval.catalog.model import ToolId
+    from serve.usage import TenantUsage
+
+    old = os.umask(0o022)
+    try:
+        usage = TenantUsage(tmp_path / "usage", "alice")
+        usage.record({"event": "called", "request": "reset my password to hunter2"})
+        usage.change(lambda cur: (cur.add(ToolId("S", "t"), "reset my password"), None))
+    finally:
+        os.umask(old)
+    files = [p for p in usage.root.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    assert any(p.name == "feedback.jsonl" for p in files) and len(files) >= 3
+    # every folder, and every file that holds text users typed (CURRENT only names a version number)
+    for path in [usage.root, usage.root.parent, *usage.root.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if path.is_dir() or path.suffix in (".json", ".jsonl"):
+            assert mode & 0o077 == 0, (path, oct(mode))
