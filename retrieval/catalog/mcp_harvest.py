@@ -100,9 +100,39 @@ _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>`]+")
 REDACTED = "***"
 
 
+# A path segment that reads like a key: a known key prefix, or a long run of letters and digits
+# mixed (a token, not a word such as "streamable-http" or a version such as "v1").
+_KEY_PREFIX = re.compile(r"^(sk|pk|rk|ak|key|token|tok|api[-_]?key|ghp|gho|ghs|xox[abpr]|glpat|pat)[-_]", re.I)
+
+
+def _secret_segment(segment: str) -> bool:
+    core = segment.split(";", 1)[0]
+    if _KEY_PREFIX.match(core) and len(core) >= 12:
+        return True
+    return len(core) >= 24 and bool(re.fullmatch(r"[A-Za-z0-9_\-.=+]+", core)) \
+        and bool(re.search(r"[0-9]", core)) and bool(re.search(r"[A-Za-z]", core))
+
+
+def _redact_path(path: str) -> str:
+    """Key-like path segments (``/v1/sk-…/mcp``) and every path parameter value (``;token=…``) as ``***``."""
+    out = []
+    for seg in path.split("/"):
+        head, semi, params = seg.partition(";")
+        head = REDACTED if _secret_segment(head) else head
+        if semi:
+            kept = []
+            for item in params.split(";"):
+                key, eq, value = item.partition("=")
+                kept.append(f"{key}={REDACTED}" if eq and value else item)
+            head += ";" + ";".join(kept)
+        out.append(head)
+    return "/".join(out)
+
+
 def redact_url(url: str) -> str:
-    """``url`` with its credentials replaced by ``***``: the user-info (``user:pass@``), every
-    query value (the keys are kept) and the fragment. Anything that is not a URL comes back unchanged."""
+    """``url`` with its credentials replaced by ``***``: the user-info (``user:pass@``), key-like path
+    segments and path parameter values, every query value (the keys are kept) and the fragment.
+    Anything that is not a URL comes back unchanged."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -118,7 +148,7 @@ def redact_url(url: str) -> str:
             pairs.append(f"{key}={REDACTED}" if eq and value else (key if not eq else f"{key}="))
         query = "&".join(pairs)
     fragment = REDACTED if parts.fragment else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    return urlunsplit((parts.scheme, netloc, _redact_path(parts.path), query, fragment))
 
 
 def redact(text: str) -> str:

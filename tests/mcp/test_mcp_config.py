@@ -155,3 +155,17 @@ def test_comments_and_trailing_commas_only_outside_strings(text, value):
     from retrieval.catalog.mcp_harvest import _strip_jsonc
 
     assert json.loads(_strip_jsonc(text)) == value
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("https://mcp.example.com/v1/sk-abc123def456ghi789/mcp", "https://mcp.example.com/v1/***/mcp"),
+    ("https://h.example/mcp;token=s3cr3t", "https://h.example/mcp;token=***"),
+    ("https://h.example/x/AbCdEf0123456789GhIjKlMn/mcp", "https://h.example/x/***/mcp"),
+    ("https://h.example/api/v2/streamable-http/mcp", "https://h.example/api/v2/streamable-http/mcp"),
+    ("https://server.smithery.ai/@foo/github-mcp/mcp", "https://server.smithery.ai/@foo/github-mcp/mcp"),
+])
+def test_keys_in_a_url_path_are_redacted(url, shown):
+    from retrieval.catalog.mcp_harvest import redact, redact_url
+
+    assert redact_url(url) == shown
+    assert redact(f"server at {url} failed") == f"server at {shown} failed"
