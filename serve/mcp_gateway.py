@@ -568,9 +568,11 @@ class Gateway:
                         "crashed), so the call may or may not have taken effect. toolrank starts the server "
                         "again on the next call.")
                 if exc.error.code == STRAY_ANSWER and msg.startswith("the server's answer"):
+                    # msg is "the server's answer is not valid MCP (DETAIL)": say it once, not nested
+                    detail = msg[len("the server's answer is not valid MCP"):].strip() or "(no detail)"
                     return _error_result(
                         f"server {server!r} answered the call to {tool!r} with something that is not valid MCP "
-                        f"({redact(msg)}), so the call may or may not have taken effect.")
+                        f"{redact(detail)}, so the call may or may not have taken effect.")
                 if exc.error.code == 408 or "Timed out" in msg:     # the SDK's read timeout
                     return _error_result(
                         f"server {server!r} did not answer the call to {tool!r} within {self.call_timeout_s:g} s; "

@@ -94,6 +94,10 @@ class HarvestError(ValueError):
     """One server's tools could not be harvested (the reason is the message)."""
 
 
+class RecursionRefused(HarvestError):
+    """The entry runs toolrank on the configuration that started it (found at ``initialize``)."""
+
+
 # ------------------------------------------------------------------ credentials in URLs
 
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'\"<>`]+")
@@ -738,7 +742,7 @@ async def open_session(spec: ServerSpec, *, timeout_s: float = DEFAULT_TIMEOUT_S
         stray.session = session
         init = await session.initialize()
         if init.serverInfo.name == RECURSIVE_SERVER_NAME:
-            raise HarvestError("this entry runs toolrank mcp on the configuration that started it (through "
+            raise RecursionRefused("this entry runs toolrank mcp on the configuration that started it (through "
                                f"{Path(spec.command or '').name!r}), which would start every server again; "
                                "left out: remove the entry from the file")
         yield session, init
@@ -859,6 +863,8 @@ def _describe_error(exc: BaseException, spec: ServerSpec, timeout_s: float, stde
         return f"cannot start {spec.command!r}: command not found (is it installed and on PATH?)"
     if isinstance(leaf, PermissionError) and spec.command is not None:
         return f"cannot start {spec.command!r}: permission denied"
+    if isinstance(leaf, RecursionRefused):
+        return str(leaf)
     if isinstance(leaf, (CatalogError, HarvestError)):
         return f"malformed tools: {leaf}"
     if isinstance(leaf, ValidationError):

@@ -152,3 +152,4 @@ async def check_chatty_server(gw: ClientSession, *, garbled_within_s: float) -> 
     with anyio.fail_after(garbled_within_s):                            # under the call timeout
         r = await call(gw, "chatty", "garbled")
     assert r.isError and "answered the call to 'garbled' with something that is not valid MCP" in text(r)
+    assert text(r).count("not valid MCP") == 1                         # said once, not nested

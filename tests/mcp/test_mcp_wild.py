@@ -64,6 +64,7 @@ async def test_a_wrapper_that_starts_toolrank_itself_is_refused_at_once(tmp_path
         [down] = found["unavailable"]
         assert down["server"] == "everything"
         assert "runs toolrank mcp on the configuration that started it" in down["reason"]
+        assert not down["reason"].startswith("malformed")           # a refusal, not a bad tools list
         r = await gw.call_tool("call_tool", {"server": "everything", "tool": "find_tools", "arguments": {}})
         assert r.isError and "not available" in text(r)
     log = (tmp_path / "gateway.log").read_text()
