@@ -76,13 +76,39 @@ def default_components(*, model: Path | None = None, no_model: bool = False, sug
 
     encoder = OnnxEncoder(threads=threads)
     made: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def load_public() -> None:
+        """The shipped catalog's index for no_fit suggestions, built in the background the first time
+        (20-30 s on 2 cores): the first find_tools never waits for it; until it is ready, a no_fit
+        answer names no servers to connect."""
+        from retrieval.index.default import public_index
+        try:
+            public = public_index()
+        except Exception:  # noqa: BLE001 - suggestions are optional; the search is not
+            log.warning("the public catalog index could not be built: no_fit answers carry no suggestions",
+                        exc_info=True)
+            return
+        with lock:
+            made["public"] = public
+            for pipe in made.get("pipelines", []):
+                pipe.public_index = public
+            made["pipelines"] = []
+        log.info("public catalog index ready: no_fit answers name servers to connect")
 
     def make_pipeline(index: "ToolIndex") -> "Pipeline":
-        if "first" in made:      # one scorer per process: later indexes reuse it
-            return made["first"].with_index(index)
-        made["first"] = load_pipeline(index, False if no_model else model, threads=threads,
-                                      public_suggestions=suggestions)
-        return made["first"]
+        with lock:
+            if "first" in made:      # one scorer per process: later indexes reuse it
+                pipe = made["first"].with_index(index)
+            else:
+                pipe = made["first"] = load_pipeline(index, False if no_model else model, threads=threads,
+                                                     public_suggestions=False)
+                if suggestions:
+                    threading.Thread(target=load_public, name="toolrank-public-index", daemon=True).start()
+            pipe.public_index = made.get("public")
+            if suggestions and pipe.public_index is None:
+                made.setdefault("pipelines", []).append(pipe)
+            return pipe
 
     def default_index() -> "ToolIndex":
         from retrieval.index.default import load_or_build_default

@@ -110,3 +110,42 @@ async def test_a_tool_switched_off_in_the_configuration_is_never_indexed_or_call
         call = await client.call_tool(CALL_TOOL, {"server": "weather", "tool": "get_forecast",
                                                   "arguments": {"city": "Paris"}})
         assert call.isError and "Nothing was run" in text(call)
+
+
+def test_the_first_search_never_waits_for_the_public_index(monkeypatch):
+    """The shipped catalog's index for no_fit suggestions is built in the background: a pipeline is ready at
+    once (no suggestions yet) and gets the public index when it is there."""
+    import threading
+
+    import retrieval.index.default as default
+    import retrieval.pipeline.flow as flow
+    from serve.mcp_gateway import default_components
+
+    release = threading.Event()
+    public = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+
+    def slow_public():
+        release.wait(10)
+        return public
+
+    made = []
+
+    def fake_load_pipeline(index, model, *, threads, public_suggestions):
+        assert public_suggestions is False            # never built on the first search's path
+        p = flow.Pipeline(index, None)
+        made.append(p)
+        return p
+
+    monkeypatch.setattr(default, "public_index", slow_public)
+    monkeypatch.setattr(flow, "load_pipeline", fake_load_pipeline)
+    components = default_components(no_model=True)
+    pipe = components.make_pipeline(ToolIndex.build(tiny_catalog(), encoder=HashEncoder()))
+    assert pipe.public_index is None                   # answered now, without suggestions
+    release.set()
+    for _ in range(100):
+        if pipe.public_index is not None:
+            break
+        threading.Event().wait(0.05)
+    assert pipe.public_index is public
+    later = components.make_pipeline(ToolIndex.build(tiny_catalog(), encoder=HashEncoder()))
+    assert later.public_index is public
