@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 DEFAULT_CALL_TIMEOUT_S = 120.0
 _SHUTDOWN_GRACE_S = 3.0
 SETTLE_S = 0.5          # a burst of tools/list_changed is harvested once, after this long without another
+EARLY_READY_S = 5.0   # without a saved index: how long after the first server answers searches wait for the rest
 _MAX_SETTLE_WAITS = 10  # ... or after this many waits, if the notices never stop
 
 
@@ -355,6 +356,8 @@ class Gateway:
                 async with anyio.create_task_group() as tg:
                     for b in self.backends.values():
                         tg.start_soon(self._first_harvest, b, harvests)
+                    if self.index is None and self.config is not None and len(self.backends) > 1:
+                        tg.start_soon(self._ready_early, harvests)
             if self.config is not None:
                 order = {name: i for i, name in enumerate(self.config.servers)}
                 harvests.sort(key=lambda h: order[h.name])
@@ -368,6 +371,23 @@ class Gateway:
                 b.listed = True
             self._ready.set()
             self._harvested.set()
+
+    async def _ready_early(self, harvests: list[ServerHarvest]) -> None:
+        """Without a saved index, answer once the first servers are in: ``EARLY_READY_S`` after the first
+        harvest ends, index what has come (the rest are marked as starting and join when they answer),
+        instead of waiting for the slowest server (a server that never answers held every search for its
+        whole timeout)."""
+        total = len(self.backends)
+        while not harvests:
+            await anyio.sleep(0.05)
+        deadline = anyio.current_time() + EARLY_READY_S
+        while len(harvests) < total and anyio.current_time() < deadline:
+            await anyio.sleep(0.05)
+        if len(harvests) < total and not self._ready.is_set() and any(h.ok for h in harvests):
+            await anyio.to_thread.run_sync(self._apply, list(harvests), None)
+            log.info("searching the %d of %d servers that answered; the others join when they do",
+                     sum(h.ok for h in harvests), total)
+            self._ready.set()
 
     async def _first_harvest(self, b: Backend, out: list[ServerHarvest]) -> None:
         out.append(await self._list(b))

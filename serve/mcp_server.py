@@ -265,7 +265,8 @@ def find_payload(result: "SearchResult | None", *, gateway: Gateway) -> dict[str
     if starting:
         out["starting"] = starting
         out["message"] = (f"{message} " if message else "") + (
-            f"Still starting: {', '.join(starting)}; their tools come from the saved index.")
+            f"Still starting: {', '.join(starting)}; their tools come from the saved index, if there is one, "
+            "and join when they answer.")
     return out
 
 

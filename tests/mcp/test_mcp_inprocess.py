@@ -149,3 +149,22 @@ def test_the_first_search_never_waits_for_the_public_index(monkeypatch):
     assert pipe.public_index is public
     later = components.make_pipeline(ToolIndex.build(tiny_catalog(), encoder=HashEncoder()))
     assert later.public_index is public
+
+
+@run
+async def test_without_a_saved_index_the_first_search_does_not_wait_for_the_slowest_server(tmp_path, monkeypatch):
+    import time
+
+    import serve.mcp_gateway as gateway_module
+
+    monkeypatch.setattr(gateway_module, "EARLY_READY_S", 0.5)
+    cfg = load_mcp_config(write_config(tmp_path / "mcp.json", {"weather": server("weather"),
+                                                               "slow": server("slow", "--delay", "20")}))
+    t0 = time.monotonic()
+    async with in_process(config=cfg, timeout_s=30) as (gw, client):
+        found = payload(await client.call_tool(FIND_TOOLS, {"request": "get the weather forecast for Paris",
+                                                            "need": "weather forecast for a city"}))
+        waited = time.monotonic() - t0
+        assert found["tools"][0]["name"] == "get_forecast"
+        assert found.get("starting") == ["slow"]
+        assert waited < 15, waited                       # not the slow server's 20 s
