@@ -725,9 +725,53 @@ def _started_by_itself(config: Path) -> bool:
 
     parents = [p for p in os.environ.get(ENV_PARENTS, "").split(os.pathsep) if p]
     try:
-        return str(config.resolve()) in parents
+        target = str(config.resolve())
     except OSError:
         return False
+    return target in parents or _ancestor_runs(target)
+
+
+def _ancestor_runs(config: str, *, pid: int | None = None, depth: int = 32) -> bool:
+    """Whether a parent process (up the process tree, Linux ``/proc``) is a toolrank gateway or index on
+    ``config``: the guard that still holds when a wrapper clears the environment (``env -i``, sudo, a
+    container entry point), where ``TOOLRANK_MCP_PARENTS`` is lost."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return False
+    pid = os.getppid() if pid is None else pid
+    for _ in range(depth):
+        if pid <= 1:
+            return False
+        try:
+            args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+            args = [a.decode("utf-8", "replace") for a in args if a]
+            cwd = os.readlink(proc / str(pid) / "cwd")
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            return False
+        if _runs_on(args, cwd, config):
+            return True
+        try:
+            pid = int(stat.rsplit(")", 1)[1].split()[1])   # after the command name: the state, then the parent
+        except (IndexError, ValueError):
+            return False
+    return False
+
+
+def _runs_on(args: list[str], cwd: str, config: str) -> bool:
+    """``args`` run ``toolrank mcp`` or ``toolrank index`` with ``--mcp-config`` naming ``config``."""
+    if not any("toolrank" in a or a in ("retrieval.cli", "serve.mcp_server") for a in args):
+        return False
+    for i, a in enumerate(args):
+        value = args[i + 1] if a == "--mcp-config" and i + 1 < len(args) else \
+            a.split("=", 1)[1] if a.startswith("--mcp-config=") else None
+        if value is not None:
+            try:
+                if str((Path(cwd) / os.path.expanduser(value)).resolve()) == config:
+                    return True
+            except OSError:
+                continue
+    return False
 
 
 def _refuse_recursion(config: Path) -> int:

@@ -169,3 +169,21 @@ def test_keys_in_a_url_path_are_redacted(url, shown):
 
     assert redact_url(url) == shown
     assert redact(f"server at {url} failed") == f"server at {shown} failed"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="the process tree is read from /proc")
+def test_recursion_is_seen_up_the_process_tree_when_the_environment_was_cleared(tmp_path):
+    """`exec env -i PATH=... toolrank mcp --mcp-config SAME` loses TOOLRANK_MCP_PARENTS; the parent process
+    running toolrank on the same configuration still shows in the process tree."""
+    from serve.mcp_server import _ancestor_runs
+
+    cfg = tmp_path / "mcp.json"
+    cfg.write_text("{}")
+    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "toolrank", "mcp",
+                               "--mcp-config", "mcp.json"], cwd=tmp_path)
+    try:
+        assert _ancestor_runs(str(cfg.resolve()), pid=parent.pid)
+        assert not _ancestor_runs(str((tmp_path / "other.json").resolve()), pid=parent.pid)
+    finally:
+        parent.kill()
+        parent.wait()
