@@ -843,7 +843,17 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 def describe_error(exc: BaseException, spec: ServerSpec, timeout_s: float, stderr_tail: str = "") -> str:
     """One line saying why a server could not be used, with a hint where there is one (credentials
     in URLs redacted)."""
-    return redact(_describe_error(exc, spec, timeout_s, stderr_tail))
+    return redact(hide_values(_describe_error(exc, spec, timeout_s, stderr_tail), spec))
+
+
+def hide_values(text: str, spec: ServerSpec) -> str:
+    """``text`` with every value of the entry's ``env`` and ``headers`` (6 characters or more) as ``***``:
+    a failing server's stderr often prints its configuration back."""
+    secrets = [v for v in list((spec.env or {}).values()) + list((spec.headers or {}).values())
+               if isinstance(v, str) and len(v) >= 6]
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
 
 
 def _describe_error(exc: BaseException, spec: ServerSpec, timeout_s: float, stderr_tail: str = "") -> str:

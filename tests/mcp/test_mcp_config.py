@@ -187,3 +187,13 @@ def test_recursion_is_seen_up_the_process_tree_when_the_environment_was_cleared(
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_failing_servers_stderr_never_shows_its_env_values():
+    from retrieval.catalog.mcp_harvest import ServerSpec, describe_error
+
+    spec = ServerSpec(name="db", command="db-server", env={"DB_PASSWORD": "hunter2-very-secret", "MODE": "ro"},
+                      headers=None)
+    why = describe_error(RuntimeError("boom"), spec, 10.0,
+                         stderr_tail="connecting with password hunter2-very-secret failed (mode ro)")
+    assert "hunter2-very-secret" not in why and "***" in why
