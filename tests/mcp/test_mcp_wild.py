@@ -43,20 +43,26 @@ def test_toolrank_index_skips_stray_stdout_lines(tmp_path, capsys):
     assert re.search(r"^chatty\s+added\s+4\b", out, re.M), out
 
 
-def _wrapper(tmp_path, cfg_path) -> dict:
-    """A shell script that runs `toolrank mcp` on the same configuration: nothing in the entry says toolrank."""
+def _wrapper(tmp_path, cfg_path, clear_env: bool = False) -> dict:
+    """A shell script that runs `toolrank mcp` on the same configuration: nothing in the entry says toolrank.
+    ``clear_env``: through `env -i` (as sudo, a container entry point or ssh do), so the environment that
+    marks the parent gateway is gone; only what the nested one needs to import is passed on."""
     script = tmp_path / "start-tools.sh"
-    script.write_text(f'#!/bin/sh\nexec "{PY}" -m retrieval.cli mcp --mcp-config "{cfg_path}" --components {FAKES}\n')
+    keep = (f'env -i PATH=/usr/bin:/bin HOME="{tmp_path}" '
+            f'PYTHONPATH="{os.pathsep.join([str(ROOT), str(HERE), str(ROOT / "tests")])}" '
+            f'TOOLRANK_CACHE="{tmp_path / "cache"}" ') if clear_env else ""
+    script.write_text(f'#!/bin/sh\nexec {keep}"{PY}" -m retrieval.cli mcp --mcp-config "{cfg_path}" --components {FAKES}\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return {"command": str(script), "cwd": str(ROOT),
             "env": {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE), str(ROOT / "tests")]),
                     "TOOLRANK_CACHE": str(tmp_path / "cache")}}
 
 
+@pytest.mark.parametrize("clear_env", [False, True], ids=["same-environment", "env-i"])
 @run
-async def test_a_wrapper_that_starts_toolrank_itself_is_refused_at_once(tmp_path):
+async def test_a_wrapper_that_starts_toolrank_itself_is_refused_at_once(tmp_path, clear_env):
     cfg = tmp_path / "mcp.json"
-    write_config(cfg, {"weather": server("weather"), "everything": _wrapper(tmp_path, cfg)})
+    write_config(cfg, {"weather": server("weather"), "everything": _wrapper(tmp_path, cfg, clear_env)})
     async with stdio_gateway(tmp_path, "--mcp-config", str(cfg)) as gw:
         found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Oslo"}))
         assert found["tools"][0]["name"] == "get_forecast"
