@@ -26,9 +26,9 @@ import anyio
 
 from retrieval.catalog.eligibility import Eligibility
 from retrieval.catalog.model import ToolId
-from retrieval.catalog.mcp_harvest import (DEFAULT_TIMEOUT_S, STRAY_ANSWER, McpConfig, ServerHarvest, ServerSpec,
-                                           describe_error, list_all_tools, open_session, redact, server_description,
-                                           tools_from_listing)
+from retrieval.catalog.mcp_harvest import (DEFAULT_TIMEOUT_S, STRAY_ANSWER, MaskedStderr, McpConfig, ServerHarvest,
+                                           ServerSpec, describe_error, list_all_tools, open_session, redact,
+                                           server_description, tools_from_listing)
 from retrieval.index.mcp import apply_harvest
 
 if TYPE_CHECKING:
@@ -171,6 +171,7 @@ class Backend:
         self._lock = anyio.Lock()
         self._on_tools_changed = on_tools_changed
         self.refreshing = False
+        self._stderr: MaskedStderr | None = None   # the server's stderr, masked, for all its starts
 
     @property
     def session(self) -> "ClientSession | None":
@@ -257,7 +258,10 @@ class Backend:
 
         started = False
         try:
-            async with open_session(self.spec, timeout_s=self.timeout_s, message_handler=on_message) as opened:
+            if self.spec.transport == "stdio" and self._stderr is None:
+                self._stderr = MaskedStderr(self.spec)
+            async with open_session(self.spec, timeout_s=self.timeout_s, message_handler=on_message,
+                                    errlog=self._stderr.file if self._stderr is not None else None) as opened:
                 conn.session, conn.init = opened
                 started = True
                 task_status.started()

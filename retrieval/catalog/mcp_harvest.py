@@ -725,7 +725,9 @@ async def open_session(spec: ServerSpec, *, timeout_s: float = DEFAULT_TIMEOUT_S
                 parents.append(str(spec.origin.resolve()))
             env = {**(spec.env or {}), ENV_PARENTS: os.pathsep.join(parents)}
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env, cwd=spec.cwd)
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog or sys.stderr))
+            # never this process's raw stderr: a server that prints its configuration back would show its
+            # env values in our log; each line passes through MaskedStderr instead
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog or MaskedStderr(spec).file))
         else:
             read, write = await stack.enter_async_context(_http_streams(spec, timeout_s))
         stray = StrayLines(spec)
@@ -844,6 +846,35 @@ def describe_error(exc: BaseException, spec: ServerSpec, timeout_s: float, stder
     """One line saying why a server could not be used, with a hint where there is one (credentials
     in URLs redacted)."""
     return redact(hide_values(_describe_error(exc, spec, timeout_s, stderr_tail), spec))
+
+
+class MaskedStderr:
+    """A stdio server's stderr passed on line by line with its ``env`` and ``headers`` values and URL
+    credentials masked: a real file (a pipe's write end) to hand to the process, and a thread that
+    reads the other end and writes each line, masked, to ``sink`` (default: this process's stderr).
+    One per configured server, reused across its restarts."""
+
+    def __init__(self, spec: ServerSpec, sink: Any = None):
+        import threading
+
+        self.spec = spec
+        self.sink = sink
+        read_fd, write_fd = os.pipe()
+        self.file = os.fdopen(write_fd, "w", buffering=1, encoding="utf-8", errors="replace")
+        self._reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
+        threading.Thread(target=self._pump, name=f"stderr-{spec.name}", daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self._reader:
+            out = self.sink or sys.stderr
+            try:
+                out.write(redact(hide_values(line, self.spec)))
+                out.flush()
+            except (OSError, ValueError):
+                return
+
+    def fileno(self) -> int:
+        return self.file.fileno()
 
 
 def hide_values(text: str, spec: ServerSpec) -> str:

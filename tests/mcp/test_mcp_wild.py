@@ -99,7 +99,8 @@ async def test_listing_failures_are_unavailable_and_valid_tools_are_kept(tmp_pat
         "hangs": server("slow", "--delay", "300", timeout=8),
         "twice": server("malformed", "--mode", "duplicate"),
         "mixed": server("malformed", "--mode", "mixed"),
-        "hosted": {"url": "http://127.0.0.1:9/mcp?api_key=sk_live_SECRET"}})
+        "hosted": {"url": "http://127.0.0.1:9/v1/sk-PATHSECRET0123456789/mcp;token=MATRIXSECRET?api_key=sk_live_SECRET"},
+        "dies": server("crashy", "--fail-at-start", env={"CRASHY_DB_PASSWORD": "ENVSECRET-hunter2"})})
     async with stdio_gateway(tmp_path, "--mcp-config", str(cfg)) as gw:
         found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Oslo"}))
         # the first answer does not wait for the hanging server: it is still starting, then unavailable
@@ -110,11 +111,11 @@ async def test_listing_failures_are_unavailable_and_valid_tools_are_kept(tmp_pat
             await anyio.sleep(0.5)
             found = payload(await gw.call_tool("find_tools", {"request": "get the weather forecast for Oslo"}))
         down = {u["server"]: u["reason"] for u in found["unavailable"]}
-        assert set(down) == {"hangs", "twice", "hosted"}
+        assert set(down) == {"hangs", "twice", "hosted", "dies"}
         assert down["hangs"].startswith("listing its tools failed: timed out after 8 s")
         assert "listed 2 times" in down["twice"]
-        assert down["hosted"].startswith("cannot reach http://127.0.0.1:9/mcp?api_key=***")
-        assert "SECRET" not in str(found)
+        assert down["hosted"].startswith("cannot reach http://127.0.0.1:9/v1/***/mcp;token=***?api_key=***")
+        assert "SECRET" not in str(found)      # query, path segment, path parameter and env canaries
         r = await gw.call_tool("call_tool", {"server": "hangs", "tool": "wait", "arguments": {}})
         assert r.isError and "server 'hangs' is not available (listing its tools failed" in text(r)
         found = payload(await gw.call_tool("find_tools", {"request": "good one", "need": "good one"}))

@@ -26,5 +26,7 @@ def crash() -> str:
 if __name__ == "__main__":
     if "--fail-at-start" in sys.argv:
         print("crashy: cannot open the database /nonexistent/db.sqlite", file=sys.stderr, flush=True)
+        if os.environ.get("CRASHY_DB_PASSWORD"):   # as real servers do: printing their configuration back
+            print(f"crashy: tried password {os.environ['CRASHY_DB_PASSWORD']}", file=sys.stderr, flush=True)
         sys.exit(3)
     mcp.run()
