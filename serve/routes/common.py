@@ -3,8 +3,10 @@ the index version as a tenant may see it."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
-from typing import Any
+import logging
+from typing import Any, Callable
 
 import anyio
 from fastapi import Path as PathParam
@@ -15,7 +17,9 @@ from ..engine import Snapshot
 from ..schemas import MAX_NAME_CHARS, ErrorResponse
 from ..tenants import Tenant
 
-__all__ = ["ERRORS", "READ_ERRORS", "ADMIN_ERRORS", "NOT_FOUND", "ServerName", "view_version"]
+log = logging.getLogger(__name__)
+
+__all__ = ["ERRORS", "READ_ERRORS", "ADMIN_ERRORS", "NOT_FOUND", "ServerName", "view_version", "write_to_store"]
 
 ERRORS = {status: {"model": ErrorResponse, "description": text} for status, text in {
     401: "No API key, or a key that is not valid.",
@@ -62,3 +66,30 @@ def _fingerprint(catalog: Any, tenant: Tenant) -> int:
     for line in sorted(dumps_line([t.server, t.name, t.content_hash()]) for t in catalog.tools if tenant.sees_tool(t.id)):
         h.update(line.encode("utf-8") + b"\n")
     return int(h.hexdigest()[:13], 16)
+
+
+_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+async def write_to_store(change: Callable[..., Any], *args: Any, what: str = "the change") -> Any:
+    """Run a change that writes to the store in a thread: a full disk is a 507, a read-only store (a
+    replica, or a folder this process may not write) a 405, never a 500."""
+    from ..errors import ServiceError
+    from ..index_store import ReadOnlyStoreError
+
+    try:
+        return await anyio.to_thread.run_sync(change, *args)
+    except ReadOnlyStoreError as exc:
+        raise ServiceError(405, "read_only_store", f"this service serves a read-only copy of the index; {exc}",
+                           headers={"Allow": "GET, HEAD"}) from None
+    except OSError as exc:
+        if exc.errno in _READ_ONLY:
+            raise ServiceError(405, "read_only_store", f"this service cannot write its store ({exc.strerror}): "
+                               f"{what} was not saved; send it to a writable instance",
+                               headers={"Allow": "GET, HEAD"}) from None
+        if exc.errno not in _OUT_OF_SPACE:
+            raise
+        log.error("%s not saved: the store is out of disk space (%s)", what, exc.strerror)
+        raise ServiceError(507, "out_of_space", f"the store is out of disk space: {what} was not saved; "
+                           "retry once space has been freed") from None

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, Query
 
 from retrieval.index.learned import LearnedExamples
 
 from ..deps import AppState, CallerTenant, ServedSnapshot
 from ..errors import ServiceError
+from .common import write_to_store
 from ..usage import FeedbackRequest, FeedbackResponse, LearnedExampleOut, LearnedList, LearnedTool, Removed
 
 __all__ = ["router"]
@@ -37,9 +37,10 @@ async def feedback(body: FeedbackRequest, state: AppState, tenant: CallerTenant,
                            f"no search of yours with request_id {body.request_id!r} in the last "
                            f"{book.offer_ttl_s / 60:g} minutes on this worker; send feedback for a recent "
                            "/v1/search answer, quoting its request_id")
-    outcome = await anyio.to_thread.run_sync(
+    outcome = await write_to_store(
         lambda: book.feedback(tenant.name, offer, body.request_id, (body.server, body.tool),
-                              body.outcome == "success", learn=_learning(tenant), error=body.error))
+                              body.outcome == "success", learn=_learning(tenant), error=body.error),
+        what="the feedback")
     return FeedbackResponse(learned=outcome.learned, reason=outcome.reason, examples=outcome.examples)
 
 
@@ -55,14 +56,14 @@ async def list_examples(state: AppState, tenant: CallerTenant) -> LearnedList:
 @router.delete("/v1/examples", response_model=Removed, tags=["learning"],
                summary="Forget every example request learned from your use")
 async def delete_all(state: AppState, tenant: CallerTenant) -> Removed:
-    return Removed(removed=await anyio.to_thread.run_sync(state.usage.remove, tenant.name))
+    return Removed(removed=await write_to_store(state.usage.remove, tenant.name, what="the removal"))
 
 
 @router.delete("/v1/examples/{server}/{tool}", response_model=Removed, tags=["learning"],
                summary="Forget a tool's learned example requests (one, with ?request=)")
 async def delete_tool(server: str, tool: str, state: AppState, tenant: CallerTenant,
                       request: str | None = Query(None, max_length=2000)) -> Removed:
-    n = await anyio.to_thread.run_sync(state.usage.remove, tenant.name, (server, tool), request)
+    n = await write_to_store(state.usage.remove, tenant.name, (server, tool), request, what="the removal")
     if not n:
         raise ServiceError(404, "no_learned_examples",
                            f"you have no learned example requests for {server!r} / {tool!r}"

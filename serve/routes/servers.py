@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import unicodedata
 from typing import Any, Callable
@@ -20,7 +19,7 @@ from ..deps import AdminTenant, AppState, CallerTenant, ServedSnapshot, ServingE
 from ..errors import ServiceError
 from ..index_store import ReadOnlyStoreError
 from ..schemas import ServerChange, ServerDetail, ServerList, ServerSummary, ServerUpdate
-from .common import ADMIN_ERRORS, ERRORS, NOT_FOUND, READ_ERRORS, ServerName, view_version
+from .common import ADMIN_ERRORS, ERRORS, NOT_FOUND, READ_ERRORS, ServerName, view_version, write_to_store
 
 __all__ = ["router"]
 
@@ -121,22 +120,9 @@ async def delete_server(state: AppState, tenant: AdminTenant, engine: ServingEng
     return ServerChange(name=name, changed=True, tools=outcome.tools, index_version=outcome.version)
 
 
-_OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT)
-
-
 async def _write(change: Callable[..., Any], *args: Any) -> Any:
-    """Run a catalog change in a thread; a full disk is a 507 and a read-only store a 405, not a 500."""
-    try:
-        return await anyio.to_thread.run_sync(change, *args)
-    except ReadOnlyStoreError as exc:
-        raise ServiceError(405, "read_only_store", f"this service serves a read-only copy of the index; {exc}",
-                           headers={"Allow": "GET, HEAD"}) from None
-    except OSError as exc:
-        if exc.errno not in _OUT_OF_SPACE:
-            raise
-        log.error("catalog change not saved: the index store is out of disk space (%s)", exc.strerror)
-        raise ServiceError(507, "out_of_space", "the index store is out of disk space: the change was not saved "
-                           "and the catalog is unchanged; retry once space has been freed") from None
+    """A catalog change through :func:`write_to_store` (507 on a full disk, 405 on a read-only store)."""
+    return await write_to_store(change, *args, what="the catalog change")
 
 
 def _stored_name(name: str, catalog: Any) -> str:

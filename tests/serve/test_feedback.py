@@ -151,3 +151,26 @@ def test_learned_text_is_private_on_disk(tmp_path):
         mode = stat.S_IMODE(path.stat().st_mode)
         if path.is_dir() or path.suffix in (".json", ".jsonl"):
             assert mode & 0o077 == 0, (path, oct(mode))
+
+
+def test_feedback_on_a_store_that_cannot_be_written_is_a_clear_4xx_or_507(monkeypatch):
+    """A read-only replica answers POST /v1/feedback with 405 and Allow, a full disk with 507: never a 500."""
+    import errno
+
+    import anyio
+
+    from serve.errors import ServiceError
+    from serve.routes.common import write_to_store
+
+    def fails(code):
+        def change():
+            raise OSError(code, "nope")
+        return change
+
+    for code, status in ((errno.EROFS, 405), (errno.EACCES, 405), (errno.ENOSPC, 507), (errno.EDQUOT, 507)):
+        try:
+            anyio.run(lambda: write_to_store(fails(code), what="the feedback"))
+        except ServiceError as exc:
+            assert exc.status == status, (code, exc.status)
+        else:
+            raise AssertionError("no error")
