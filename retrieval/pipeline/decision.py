@@ -46,7 +46,7 @@ class Policy:
     # The second attempt's no-fit floor: under it, no_fit; between it and proceed_threshold, choose.
     # Both chosen on the agent flow over catalogs shaped like users' (MCP-Zero dev organisations and the
     # five training corpora, day one, with and without a need): benchmarks/results/zones_fit.md.
-    no_fit_below: float = 0.35
+    no_fit_below: float = 0.25
     floor: float = 0.05                 # tools below this join only to reach min_results
     min_results: int = 5
     max_results: int = 10
