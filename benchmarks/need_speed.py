@@ -5,7 +5,8 @@
 The shipped catalog's index with example requests and the shipped scorer; dev questions with their
 blind needs. Three ways, interleaved question by question so drift hits each alike: 0.6.0's default
 (no need, no tail calibration), this release without a need, and with the need. Prints the p50 / p90
-of each and the ratios of the p50s; stamped with the commit and library versions.
+of each and the ratios of the p50s; stamped with the commit and library versions. The scorer's pair cache
+is off (the three ways search the same requests).
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ def main(argv: list[str] | None = None) -> int:
              (ROOT / "training" / "data" / "needs_blind.jsonl").read_text().splitlines() if x.strip()}
     qs = [q for q in load_queries(ROOT / "training" / "data" / "questions.jsonl", split="dev") if q.id in needs][: a.n]
     index = load_or_build_default(with_examples=True)
-    scorer = Scorer.load(ROOT / "models" / "toolrank-reranker", threads=a.threads)
-    now = Pipeline(index, scorer)
-    old = Pipeline(index, scorer)
+    # one scorer each, with its pair cache off: the three ways search the same requests, and a logit
+    # cached by one must not make another look fast
+    def scorer():
+        return Scorer.load(ROOT / "models" / "toolrank-reranker", threads=a.threads, cache_size=0)
+
+    now = Pipeline(index, scorer())
+    old = Pipeline(index, scorer())
     old.tail_confidence = old.tail_calibration = None
     ways = {"0.6.0 default (no need)": lambda q: old.search(q.query),
             "now, no need": lambda q: now.search(q.query),
