@@ -10,7 +10,7 @@ Catalogs, all day one (no example requests), each request with the needs an agen
   labelled one), as eligibility over the shipped catalog's day-one index. No-fit: the same request
   with every labelled tool's server removed from its organisation, and the written no-fit requests
   of the split on an organisation that holds their near server.
-* one catalog per public corpus (``retrieval.catalog.corpora``): its own tools. No-fit: the same
+* one catalog per public corpus (``retrieval.evaluation.corpora``): its own tools. No-fit: the same
   request with its labelled tools made ineligible (look-alikes of one domain remain).
 
 ``--set report``: MCP-Zero test and the held-out corpora (never fitted on). ``--set fit``: MCP-Zero
@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog.corpora import CORPORA, load_corpus  # noqa: E402
+from retrieval.evaluation.corpora import CORPORA, load_corpus  # noqa: E402
 from retrieval.catalog.eligibility import Eligibility  # noqa: E402
 from retrieval.catalog.model import ToolId  # noqa: E402
 from retrieval.evaluation.agent_flow import MODES, Case, flow_report, format_flow, run_flow  # noqa: E402

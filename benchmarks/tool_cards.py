@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from retrieval.catalog.corpora import load_corpus  # noqa: E402
+from retrieval.evaluation.corpora import load_corpus  # noqa: E402
 from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.catalog.model import Catalog, Tool  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402

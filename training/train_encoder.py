@@ -116,7 +116,7 @@ def corpus_rows(names: Sequence[str], *, per_corpus: int = 1500, seed: int = 13)
     """(anchor, positive card, hard-negative card) rows from other writers' corpora (``train`` use only):
     each request against its main tool, with the corpus' best BM25 look-alike that is not labelled as
     the hard negative; at most ``per_corpus`` rows from each, so no corpus dominates."""
-    from retrieval.catalog.corpora import CORPORA, load_corpus
+    from retrieval.evaluation.corpora import CORPORA, load_corpus
     from retrieval.index.bm25 import BM25Index
     from retrieval.index.text import tool_document, tool_passages
 
@@ -288,7 +288,7 @@ class CorporaDev:
     the questions, any labelled tool a hit (lenient); at most ``n`` requests of each."""
 
     def __init__(self, names: Sequence[str], n: int = 200, seed: int = 13):
-        from retrieval.catalog.corpora import CORPORA, load_corpus
+        from retrieval.evaluation.corpora import CORPORA, load_corpus
 
         self.sets = []
         for name in names:
@@ -370,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     p.add_argument("--needs", type=Path, help="blind needs JSONL (training/data/needs_blind.jsonl): trains the need "
                    "channel on train questions and measures dev with them; the author-written needs are then unused")
-    p.add_argument("--corpora", nargs="*", default=[], help="other writers' training corpora (retrieval.catalog.corpora, "
+    p.add_argument("--corpora", nargs="*", default=[], help="other writers' training corpora (retrieval.evaluation.corpora, "
                    "use 'train' only), e.g. seal_tools nestools acebench nestful tooltalk")
     p.add_argument("--per-corpus", type=int, default=1500, help="rows from each training corpus at most")
     p.add_argument("--corpora-dev", nargs="*", default=[], help="held-out corpora measured every evaluation "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fakes import FakeScorer, HashEncoder, tiny_catalog
-from retrieval.catalog.corpora import CORPORA, DEV_CORPORA, TRAIN_CORPORA, load_corpus
+from retrieval.evaluation.corpora import CORPORA, DEV_CORPORA, TRAIN_CORPORA, load_corpus
 from retrieval.catalog.eligibility import Eligibility
 from retrieval.catalog.model import CatalogError, Catalog, Tool, ToolId
 from retrieval.evaluation.agent_flow import Case, flow_report, replay, run_flow

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .model import Catalog, CatalogError, Tool, ToolId
+from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
+from .harness import Query
 
 __all__ = ["CORPORA", "Corpus", "CorpusInfo", "load_corpus", "corpora_root", "TRAIN_CORPORA", "DEV_CORPORA"]
 
@@ -62,7 +63,7 @@ DEV_CORPORA = tuple(n for n, c in CORPORA.items() if c.use == "dev")
 class Corpus:
     name: str
     catalog: Catalog
-    questions: list  # list[Query]; typed loosely so this module stays below retrieval.evaluation
+    questions: list[Query]
     info: CorpusInfo
 
 
@@ -108,8 +109,6 @@ def load_corpus(name: str, root: str | Path | None = None, *, with_parameters: b
     Raises:
         CatalogError: an unknown corpus, a missing file, or a request naming a tool not in the corpus.
     """
-    from retrieval.evaluation.harness import Query
-
     if name not in CORPORA:
         raise CatalogError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
     folder = Path(root or corpora_root()) / name
