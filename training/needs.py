@@ -78,7 +78,13 @@ def leaks(request: str, need: str, tool: str) -> bool:
 def check(path: Path = OUT) -> dict[str, int]:
     needs = {json.loads(x)["id"]: json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()}
     counts = {"checked": 0, "need_leaks": 0, "need2_leaks": 0}
-    for line in (DATA / "questions.jsonl").read_text(encoding="utf-8").splitlines():
+    lines = (DATA / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    teacher = DATA / "teacher" / "requests.jsonl"     # the teacher's requests: one target tool each
+    if teacher.is_file():
+        lines += teacher.read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        if not line.strip():
+            continue
         q = json.loads(line)
         n = needs.get(q["id"])
         if not n:
