@@ -33,10 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from retrieval.evaluation.corpora import CORPORA, load_corpus  # noqa: E402
 from retrieval.catalog.eligibility import Eligibility  # noqa: E402
-from retrieval.catalog.model import ToolId  # noqa: E402
 from retrieval.evaluation.agent_flow import MODES, Case, flow_report, format_flow, run_flow  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.jsonl import read_jsonl  # noqa: E402
+from training.needs import read_needs  # noqa: E402
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 INDEPENDENT = ROOT / "benchmarks" / "data" / "independent_questions.jsonl"
@@ -47,7 +47,7 @@ SETS = {"report": ("test", [n for n, c in CORPORA.items() if c.use == "dev"]),
 
 
 def load_needs(path: Path = NEEDS) -> dict[str, dict]:
-    return {str(r["id"]): r for _, r in read_jsonl(path)} if path.exists() else {}
+    return read_needs(path) if path.exists() else {}
 
 
 def _with_needs(case: Case, needs: dict[str, dict], qid: str) -> Case | None:

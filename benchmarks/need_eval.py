@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from retrieval.evaluation.harness import STAGES, evaluate, load_queries, pipeline_rerankers  # noqa: E402
 from retrieval.evaluation.paired import paired_top1  # noqa: E402
+from training.needs import read_needs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.version import package_version
     from scorer import Scorer
 
-    needs = {json.loads(x)["id"]: json.loads(x) for x in a.needs.read_text().splitlines() if x.strip()}
+    needs = read_needs(a.needs)
     scorer = CachedScorer(Scorer.load(a.model, threads=2))
     policy = Policy()
     results: dict = {"package": package_version(), "model": str(a.model), "score_top": policy.score_top, "runs": {}}

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
 from retrieval.index.fusion import reciprocal_rank_fusion  # noqa: E402
+from training.needs import read_needs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--field", default="need", help="need or need2")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    needs = {json.loads(x)["id"]: json.loads(x) for x in a.needs.read_text().splitlines() if x.strip()}
+    needs = read_needs(a.needs)
     qs = [q for q in load_queries(ROOT / "training" / "data" / "questions.jsonl", split=a.split)
           if needs.get(q.id, {}).get(a.field)]
     cells = [("no need", False, 0.0, 0.0)]

@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.pipeline.flow import Pipeline
     from retrieval.version import package_version
     from scorer import Scorer
+    from training.needs import read_needs
 
-    needs = {json.loads(x)["id"]: json.loads(x) for x in
-             (ROOT / "training" / "data" / "needs_blind.jsonl").read_text().splitlines() if x.strip()}
+    needs = read_needs()
     qs = [q for q in load_queries(ROOT / "training" / "data" / "questions.jsonl", split="dev") if q.id in needs][: a.n]
     index = load_or_build_default(with_examples=True)
     # one scorer each, with its pair cache off: the three ways search the same requests, and a logit

@@ -25,6 +25,7 @@ from retrieval.catalog.model import Catalog, Tool  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.embedded import ToolIndex  # noqa: E402
 from retrieval.index.encoder import OnnxEncoder  # noqa: E402
+from training.needs import read_needs  # noqa: E402
 
 
 def parameter_text(schema: dict | None, limit: int = 300) -> str:
@@ -66,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tool_cards.json")
     a = p.parse_args(argv)
-    needs = {json.loads(x)["id"]: json.loads(x) for x in
-             (ROOT / "training" / "data" / "needs_blind.jsonl").read_text().splitlines() if x.strip()}
+    needs = read_needs()
     enc = OnnxEncoder()
     sets = [("mcp-zero dev (day one)", load_default_catalog(with_examples=False),
              load_queries(ROOT / "training" / "data" / "questions.jsonl", split="dev"))]

@@ -237,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         scorer = Scorer.load(a.model, threads=a.threads)
     needs = None
     if a.needs:
-        import json
-        needs = {json.loads(x)["id"]: json.loads(x)["need"] for x in a.needs.read_text().splitlines() if x.strip()}
+        from .needs import read_needs
+        needs = {rid: r["need"] for rid, r in read_needs(a.needs).items()}
     col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES), score_top=a.score_top,
                   needs=needs)
     if "nofit" in modes and not a.nofit:

@@ -23,6 +23,18 @@ DATA = Path(__file__).resolve().parent / "data"
 OUT = DATA / "needs_blind.jsonl"
 
 
+def read_needs(path: Path = OUT) -> dict[str, dict]:
+    """The blind needs by request id: ``{"id", "voice", "need", "need2"?}`` (one reader for training and
+    the benchmarks; :func:`retrieval.jsonl.read_jsonl`, which splits lines only where JSON Lines does).
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    from retrieval.jsonl import read_jsonl
+
+    return {str(r["id"]): r for _, r in read_jsonl(path)}
+
+
 def merge(inputs: Path, outputs: Path, out: Path = OUT) -> dict[str, int]:
     """Join every writer's output to its input's voices; lines whose id is not in the input are refused."""
     voice: dict[str, str] = {}
@@ -76,7 +88,7 @@ def leaks(request: str, need: str, tool: str) -> bool:
 
 
 def check(path: Path = OUT) -> dict[str, int]:
-    needs = {json.loads(x)["id"]: json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()}
+    needs = read_needs(path)
     counts = {"checked": 0, "need_leaks": 0, "need2_leaks": 0}
     lines = (DATA / "questions.jsonl").read_text(encoding="utf-8").splitlines()
     teacher = DATA / "teacher" / "requests.jsonl"     # the teacher's requests: one target tool each

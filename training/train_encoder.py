@@ -79,12 +79,12 @@ def training_pairs(*, need_rate: float = 0.3, examples_per_tool: int = 5, seed: 
 
 
 def load_needs(path: Path | None = None) -> dict[str, dict]:
-    """Blind needs by question id (``training/data/needs_blind.jsonl``): ``{"need", "need2"?, "voice"}``
-    written by agents that saw only the request (training/data/NEEDS_CARD.md)."""
-    from .pairs import load_jsonl
+    """Blind needs by question id (``training/data/needs_blind.jsonl``), written by agents that saw only
+    the request (training/data/NEEDS_CARD.md); none where the file is missing."""
+    from .needs import OUT, read_needs
 
-    path = Path(path or DATA / "needs_blind.jsonl")
-    return {r["id"]: r for r in load_jsonl(path)} if path.is_file() else {}
+    path = Path(path or OUT)
+    return read_needs(path) if path.is_file() else {}
 
 
 def need_pairs(needs: dict[str, dict], *, seed: int = 13) -> list[dict]:

@@ -17,7 +17,6 @@ from retrieval.jsonl import round_trips
 
 from ..deps import AdminTenant, AppState, CallerTenant, ServedSnapshot, ServingEngine
 from ..errors import ServiceError
-from ..index_store import ReadOnlyStoreError
 from ..schemas import ServerChange, ServerDetail, ServerList, ServerSummary, ServerUpdate
 from .common import ADMIN_ERRORS, ERRORS, NOT_FOUND, READ_ERRORS, ServerName, view_version, write_to_store
 
