@@ -306,8 +306,8 @@ class Gateway:
         self.timeout_s = timeout_s
         self.call_timeout_s = call_timeout_s
         self.index_dir = index_dir
-        from .usage import GatewayUsage   # learning from use: successful calls to found tools (docs/day-one.md)
-        self.usage = GatewayUsage.for_index(index_dir, learn=learn, **({"tenant": tenant} if tenant else {}))
+        from .usage import LOCAL_TENANT, GatewayUsage   # learning from use: successful calls to found tools (docs/day-one.md)
+        self.usage = GatewayUsage.for_index(index_dir, learn=learn, tenant=tenant or LOCAL_TENANT)
         self.backends: dict[str, Backend] = {}
         if config is not None:
             self.backends = {name: Backend(spec, timeout_s=timeout_s, on_tools_changed=self._tools_changed)

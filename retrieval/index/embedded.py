@@ -231,15 +231,12 @@ class ToolIndex:
                 nd_rows = dense.search(need_vector, depth, mask)[0]
         b_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(b_rows, b_scores))}
         d_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(d_rows, d_scores))}
-        f = self.fusion
-        lists = {"bm25": b_rows.tolist(), "dense": d_rows.tolist(),
-                 "need_bm25": nb_rows.tolist(), "need_dense": nd_rows.tolist()}
         if stage == "bm25" and not need_q:
             ranked = [(int(r), float(s)) for r, s in zip(b_rows, b_scores)]
         elif stage == "dense" and not need_q:
             ranked = [(int(r), float(s)) for r, s in zip(d_rows, d_scores)]
         else:
-            ranked = fused_lists(lists["bm25"], lists["dense"], lists["need_bm25"], lists["need_dense"], f)
+            ranked = fused_lists(b_rows.tolist(), d_rows.tolist(), nb_rows.tolist(), nd_rows.tolist(), self.fusion)
         hits = []
         for rank, (row, score) in enumerate(ranked[:k], 1):
             br, bs = b_rank.get(row, (None, None))

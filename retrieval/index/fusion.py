@@ -16,7 +16,7 @@ class FusionConfig:
     over the need alone, fused with the lists of the request. The request's lists stay (the need
     never replaces the request); ``need_joint`` also joins the need to the request's query text (the
     0.6.0 behaviour, where the need had no lists of its own). Defaults were chosen on the dev
-    questions with needs written blind (README, "Fusion weights"; ``benchmarks/fusion_grid.py --need``).
+    questions with needs written blind (README, "Need-first search"; ``benchmarks/need_fusion.py``).
     """
 
     k: float = 10.0

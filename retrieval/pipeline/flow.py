@@ -306,16 +306,24 @@ class Pipeline:
         return p
 
     def _eligible_count(self, catalog: Catalog, eligible: Eligibility | None) -> int:
-        """How many tools of ``catalog`` the search may return (cached per catalog and eligibility)."""
+        """How many tools of ``catalog`` the search may return (memoised per catalog snapshot and eligibility:
+        a snapshot lives while its index version does, and a version change clears the memo)."""
         if eligible is None or eligible.unrestricted:
             return len(catalog.tools)
-        key = ("eligible", id(catalog), eligible.servers, eligible.tools)
-        n = self._catalog_tokens.get(key)
-        if n is None:
-            n = sum(1 for t in catalog.tools if eligible.allows(t.id))
+        return self._memo(("eligible", id(catalog), eligible.servers, eligible.tools),
+                          lambda: sum(1 for t in catalog.tools if eligible.allows(t.id)))
+
+    def _memo(self, key: tuple, compute: Any) -> int:
+        """A per-catalog figure (token totals, eligible counts), computed once and kept in a bounded memo
+        that a catalog update clears (:meth:`_refresh_matchers`)."""
+        value = self._catalog_tokens.get(key)  # read once: a concurrent refresh may clear the memo
+        if value is None:
+            value = compute()
             with self._lock:
-                self._catalog_tokens[key] = n
-        return n
+                self._catalog_tokens[key] = value
+                if len(self._catalog_tokens) > 1024:  # bound the memo: tenants are few, but be safe
+                    self._catalog_tokens.pop(next(iter(self._catalog_tokens)))
+        return value
 
     def rank(self, request: str, need: str | None, hits: Sequence[Hit],
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
@@ -456,15 +464,8 @@ class Pipeline:
                       catalog: Catalog) -> TokenReport:
         # The version is in the key: a request that read an older catalog and finishes after an
         # update must not leave its total behind for the new version.
-        key = (version, eligible.servers, eligible.tools, fmt)
-        total = self._catalog_tokens.get(key)  # read once: a concurrent refresh may clear the cache
-        if total is None:
-            pool = [t for t in catalog.tools if eligible.allows(t.id)]
-            total = self.tokens.total(pool, fmt)
-            with self._lock:
-                self._catalog_tokens[key] = total
-                if len(self._catalog_tokens) > 1024:  # bound the cache: tenants are few, but be safe
-                    self._catalog_tokens.pop(next(iter(self._catalog_tokens)))
+        total = self._memo((version, eligible.servers, eligible.tools, fmt),
+                           lambda: self.tokens.total([t for t in catalog.tools if eligible.allows(t.id)], fmt))
         selected_tokens = self.tokens.total(selected, fmt) if selected else 0
         return TokenReport(selected_tokens, total, self.tokens.encoding)
 
