@@ -158,7 +158,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     if tenants is None and not settings.auth_disabled:
         raise ValueError("no tenants: pass tenants=, set settings.config, or set auth_disabled=True for development")
     metrics = Metrics()
-    usage = UsageBook(Path(settings.index_dir) / "usage" if settings.index_dir is not None else None)
+    usage = UsageBook(Path(settings.index_dir) / "usage" if settings.index_dir is not None else None,
+                      offers=settings.offers_per_tenant, feedback_max_bytes=int(settings.feedback_max_mb * 1024 * 1024),
+                      feedback_keep_days=settings.feedback_keep_days)
     state = ServiceState(settings, tenants, metrics, usage)
 
     app = FastAPI(

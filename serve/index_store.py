@@ -239,6 +239,17 @@ class IndexStore:
             finally:
                 os.close(dfd)
 
+    def drop_older(self) -> list[int]:
+        """Delete every version but the current one (forgetting: no older copy of what was removed stays on
+        disk). Call under :meth:`write_lock`. Returns the versions deleted."""
+        current = self.current_version()
+        old = [v for v in self.versions_on_disk() if v != current]
+        for v in old:
+            shutil.rmtree(self.path_of(v), ignore_errors=True)
+        if old:
+            log.info("deleted older versions %s of %s", ", ".join(f"v{v}" for v in old), self.root)
+        return old
+
     def _clean(self, current: int) -> None:
         old = [v for v in self.versions_on_disk() if v != current][: -(self.keep - 1) or None]
         for v in old:

@@ -98,6 +98,15 @@ class Settings(BaseSettings):
                            "process with status 3 instead of staying up unready. `toolrank serve` sets it.")
     failure_file: Path | None = Field(
         None, description="Internal (set by `toolrank serve`): where a worker writes why start-up failed.")
+    feedback_max_mb: float = Field(
+        8.0, gt=0, le=4096, description="A tenant's feedback log rotates past this size (one older part is kept, "
+                                        "so a tenant's log stays under twice it).")
+    feedback_keep_days: float | None = Field(
+        None, gt=0, description="Feedback events older than this are dropped when the log rotates (default: kept "
+                                "until rotated out).")
+    offers_per_tenant: int = Field(
+        2000, ge=10, le=1_000_000, description="Recent searches remembered per tenant for POST /v1/feedback "
+                                               "(one tenant never evicts another's).")
     metrics_public: bool = Field(
         False, description="Serve /metrics without a key (for a scraper on a private network); by default it "
                            "needs an admin key, since its counters show catalog activity.")

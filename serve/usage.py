@@ -12,13 +12,23 @@ Storage, per tenant, under a usage root (``<TOOLRANK_INDEX_DIR>/usage`` for the 
     <root>/t-<sha256(tenant)[:16]>/tenant.json        {"tenant": name}
     <root>/t-.../v1/ v2/ ... CURRENT .lock             learned examples: an IndexStore (atomic, versioned)
     <root>/t-.../feedback.jsonl                        every feedback event, learned or not
+    <root>/t-.../feedback.jsonl.1                      the one older part kept when it rotated
 
 One tenant's folder is never read for another tenant's search, so what one tenant teaches
 cannot change another's answers.
 
-The offers ledger is kept in memory (the last ``offers`` searches, at most ``offer_ttl_s`` old)
-by the worker that answered the search: send feedback to the same worker (one worker, or
-sticky sessions), or it is answered 404 ``unknown_request_id``.
+What is kept, and for how long: obvious secrets in a request (passwords, keys, tokens) are
+masked (:func:`retrieval.redaction.redact_secrets`) before the request is offered, learned or
+logged; folders are 0700 and files 0600. The feedback log rotates past ``feedback_max_bytes``
+(one older part kept, events older than ``feedback_keep_days`` dropped as it rotates), so a
+tenant's log stays under twice the bound. Forgetting (``DELETE /v1/examples``) removes the text
+from the learned examples, from every older version kept on disk and from both parts of the log.
+
+The offers ledger is kept in memory (at most ``offers_per_tenant`` searches per tenant, so one
+tenant never evicts another's, each at most ``offer_ttl_s`` old) by the worker that answered the
+search: send feedback to the same worker (one worker, or sticky sessions), or it is answered 404
+``unknown_request_id``. A request id credits each offered tool once: a replayed feedback is
+recorded, not learned again.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -41,8 +51,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from retrieval.catalog.model import ToolId
-from retrieval.index.learned import DEFAULT_LIMIT, LearnedExamples
+from retrieval.index.learned import DEFAULT_LIMIT, MAX_REQUEST_CHARS, LearnedExamples
 from retrieval.jsonl import dumps_line, read_jsonl
+from retrieval.redaction import redact_secrets
 
 from .index_store import IndexStore, StoreError
 
@@ -80,8 +91,11 @@ def _private(path: Path, mode: int) -> None:
 class TenantUsage:
     """One tenant's learned examples (an :class:`IndexStore` of :class:`LearnedExamples`) and feedback log."""
 
-    def __init__(self, root: str | Path, tenant: str, *, limit: int = DEFAULT_LIMIT, refresh_s: float = 1.0):
+    def __init__(self, root: str | Path, tenant: str, *, limit: int = DEFAULT_LIMIT, refresh_s: float = 1.0,
+                 feedback_max_bytes: int = 8 * 1024 * 1024, feedback_keep_days: float | None = None):
         self.tenant = tenant
+        self.feedback_max_bytes = feedback_max_bytes
+        self.feedback_keep_days = feedback_keep_days
         self.root = Path(root) / tenant_folder(tenant)
         # What users typed is kept here: folders 0700 and files 0600, whatever the umask.
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -123,8 +137,9 @@ class TenantUsage:
         self._checked = now
         return self._learned
 
-    def change(self, fn: Any) -> tuple[LearnedExamples, Any]:
-        """Apply ``fn(learned) -> (new, info)`` to the newest version under the store's lock; publish if changed."""
+    def change(self, fn: Any, after: Any = None) -> tuple[LearnedExamples, Any]:
+        """Apply ``fn(learned) -> (new, info)`` to the newest version under the store's lock; publish if
+        changed, then call ``after(info)`` still under the lock (the lock is not re-entrant across calls)."""
         with self._lock, self.store.write_lock():
             self.store.clean_leftovers()
             current = self.learned(fresh=True)
@@ -132,20 +147,70 @@ class TenantUsage:
             if new != current:
                 version = self.store.publish(new)
                 self._version, self._learned = version, new
+            if after is not None:
+                after(info)
             return self._learned, info
 
+    @property
+    def rotated_path(self) -> Path:
+        return self.root / "feedback.jsonl.1"
+
     def record(self, event: dict[str, Any]) -> None:
-        """Append one feedback event (under the store's lock: one line per event, whole)."""
+        """Append one feedback event (under the store's lock: one line per event, whole); rotate the log
+        past ``feedback_max_bytes``."""
         line = dumps_line(event) + "\n"
         with self._lock, self.store.write_lock():
             fd = os.open(self.feedback_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with open(fd, "a", encoding="utf-8") as fh:
                 fh.write(line)
+                size = fh.tell()
+            if size > self.feedback_max_bytes:
+                self._rotate()
+
+    def _rotate(self) -> None:
+        """The log becomes the one older part (events past ``feedback_keep_days`` dropped), replacing the
+        previous older part; a new log starts empty. Call under the store's lock."""
+        rows = [row for _, row in read_jsonl(self.feedback_path)]
+        if self.feedback_keep_days is not None:
+            cutoff = time.time() - self.feedback_keep_days * 86400
+            rows = [r for r in rows if float(r.get("at", 0) or 0) >= cutoff]
+        self._rewrite(self.rotated_path, rows)
+        self.feedback_path.unlink(missing_ok=True)
+
+    def _rewrite(self, path: Path, rows: list[dict[str, Any]]) -> None:
+        """Replace ``path`` with ``rows`` whole (written aside, 0600, then renamed; no copy left behind)."""
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w", encoding="utf-8") as fh:
+            fh.writelines(dumps_line(r) + "\n" for r in rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def forget(self, tool_id: ToolId | None, requests: set[str] | None) -> None:
+        """After a removal: drop every older version of the learned examples kept on disk, and blank the
+        request text of matching events in both parts of the log (``requests`` None: every event of
+        ``tool_id``, or every event when that is None too). Call under the store's lock."""
+        self.store.drop_older()
+
+        def matches(r: dict[str, Any]) -> bool:
+            if tool_id is not None and (r.get("server"), r.get("tool")) != (tool_id.server, tool_id.tool):
+                return False
+            # a learned example is the request with its whitespace folded and cut (LearnedExamples.add)
+            text = " ".join(str(r.get("request") or "").split())[:MAX_REQUEST_CHARS]
+            return requests is None or text in requests
+
+        for path in (self.feedback_path, self.rotated_path):
+            if not path.exists():
+                continue
+            rows = [row for _, row in read_jsonl(path)]
+            if any(matches(r) and r.get("request") is not None for r in rows):
+                self._rewrite(path, [{**r, "request": None, "forgotten": True} if matches(r) else r for r in rows])
 
     def events(self) -> list[dict[str, Any]]:
-        if not self.feedback_path.exists():
-            return []
-        return [row for _, row in read_jsonl(self.feedback_path)]
+        """Every kept feedback event, oldest first (the older part, then the log)."""
+        return [row for path in (self.rotated_path, self.feedback_path) if path.exists()
+                for _, row in read_jsonl(path)]
 
 
 @dataclass(frozen=True)
@@ -154,6 +219,7 @@ class Offer:
     need: str | None
     tools: tuple[ToolId, ...]
     at: float
+    credited: set[ToolId] = field(default_factory=set, compare=False)   # tools this request id already taught
 
 
 @dataclass(frozen=True)
@@ -166,21 +232,29 @@ class FeedbackOutcome:
 class UsageBook:
     """Every tenant's usage under one root, and the in-memory ledger of recent offers."""
 
-    def __init__(self, root: str | Path | None = None, *, limit: int = DEFAULT_LIMIT, offers: int = 10_000,
-                 offer_ttl_s: float = 3600.0):
-        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="toolrank-usage-"))
+    def __init__(self, root: str | Path | None = None, *, limit: int = DEFAULT_LIMIT, offers: int = 2_000,
+                 offer_ttl_s: float = 3600.0, feedback_max_bytes: int = 8 * 1024 * 1024,
+                 feedback_keep_days: float | None = None):
+        # Without a store, usage lives in a temporary folder removed when the book goes (at exit too):
+        # nothing a user typed stays in /tmp after the service stops.
+        self._tmp = tempfile.TemporaryDirectory(prefix="toolrank-usage-") if root is None else None
+        self.root = Path(root) if root is not None else Path(self._tmp.name)
         self.limit = limit
-        self.max_offers = offers
+        self.max_offers = offers          # per tenant
         self.offer_ttl_s = offer_ttl_s
+        self.feedback_max_bytes = feedback_max_bytes
+        self.feedback_keep_days = feedback_keep_days
         self._tenants: dict[str, TenantUsage] = {}
-        self._offers: OrderedDict[tuple[str, str], Offer] = OrderedDict()
+        self._offers: dict[str, OrderedDict[str, Offer]] = {}
         self._lock = threading.Lock()
 
     def tenant(self, name: str) -> TenantUsage:
         with self._lock:
             found = self._tenants.get(name)
             if found is None:
-                found = self._tenants[name] = TenantUsage(self.root, name, limit=self.limit)
+                found = self._tenants[name] = TenantUsage(self.root, name, limit=self.limit,
+                                                          feedback_max_bytes=self.feedback_max_bytes,
+                                                          feedback_keep_days=self.feedback_keep_days)
             return found
 
     def learned(self, tenant: str) -> LearnedExamples | None:
@@ -194,16 +268,18 @@ class UsageBook:
                 tools: Sequence[tuple[str, str]]) -> None:
         if not request_id:
             return
-        offer = Offer(request, need, tuple(ToolId(*t) for t in tools), time.time())
+        need = redact_secrets(need) if need else need
+        offer = Offer(redact_secrets(request), need, tuple(ToolId(*t) for t in tools), time.time())
         with self._lock:
-            self._offers[(tenant, request_id)] = offer
-            self._offers.move_to_end((tenant, request_id))
-            while len(self._offers) > self.max_offers:
-                self._offers.popitem(last=False)
+            mine = self._offers.setdefault(tenant, OrderedDict())
+            mine[request_id] = offer
+            mine.move_to_end(request_id)
+            while len(mine) > self.max_offers:
+                mine.popitem(last=False)
 
     def offer(self, tenant: str, request_id: str) -> Offer | None:
         with self._lock:
-            found = self._offers.get((tenant, request_id))
+            found = self._offers.get(tenant, {}).get(request_id)
         if found is None or time.time() - found.at > self.offer_ttl_s:
             return None
         return found
@@ -213,29 +289,40 @@ class UsageBook:
         """Record one call after an offer; learn the request when the call succeeded on an offered tool."""
         tid = ToolId(*tool_id)
         was_offered = tid in offer.tools
+        with self._lock:
+            replay = tid in offer.credited
+            if success and was_offered and learn and not replay:
+                offer.credited.add(tid)   # claimed before the write: two racing replays cannot both learn
         if not success:
             reason = "the call failed: recorded, not learned from"
         elif not was_offered:
             reason = "the tool was not among those offered for this request: recorded, not learned from"
         elif not learn:
             reason = "learning from use is switched off for this tenant: recorded, not learned from"
+        elif replay:
+            reason = "this request id already taught this tool: recorded, not learned again"
         else:
             reason = "learned: the request is now an example request of this tool for you"
         usage = self.tenant(tenant)
-        learned_now = success and was_offered and learn
+        learned_now = success and was_offered and learn and not replay
         if learned_now:
             current, _ = usage.change(lambda cur: (cur.add(tid, offer.request), None))
         else:
             current = usage.learned()
         usage.record({"at": round(time.time(), 3), "request_id": request_id, "request": offer.request,
                       "server": tid.server, "tool": tid.tool, "outcome": "success" if success else "error",
-                      "error": error, "offered": was_offered, "learned": learned_now})
+                      "error": redact_secrets(error) if error else error, "offered": was_offered,
+                      "learned": learned_now})
         return FeedbackOutcome(learned_now, reason, len(current.get(tid, ())))
 
     def remove(self, tenant: str, tool_id: tuple[str, str] | None = None, request: str | None = None) -> int:
+        """Forget learned examples (a tool's, one request of it, or all) everywhere they are kept on disk."""
         if not (self.root / tenant_folder(tenant)).exists():
             return 0
-        _, n = self.tenant(tenant).change(lambda cur: cur.remove(tool_id, request))
+        usage = self.tenant(tenant)
+        tid = ToolId(*tool_id) if tool_id is not None else None
+        _, n = usage.change(lambda cur: cur.remove(tool_id, request),
+                            after=lambda n: n and usage.forget(tid, {request} if request is not None else None))
         return int(n)
 
 

@@ -28,6 +28,16 @@ minutes of the stages before it (``total_pairs``, ``total_train_minutes``).
     python -m training.distill --teacher training/data/teacher/lists_*.jsonl \\
         --smithery ../shared/data/smithery/servers --pools runs/pools --out runs/ce-long --minutes 120
 
+**The agent's need** (``--needs``, the blind needs of ``training/needs.py``): a ``--need-rate`` share of
+the lists that have one carry it in the record (the request keeps its budget share, see
+:class:`scorer.record.RequestFitter`), the rest none, so one student serves callers with and without
+a need; ``dev_noex_need`` (``training.pools --needs``) measures it while training.
+
+**Other writers' requests** (``--corpora``): lists from the public training corpora
+(``retrieval.evaluation.corpora``, ``train`` use only), each request with its labelled tools at 1 and
+the corpus's closest unlabelled BM25 look-alikes at 0 (:func:`corpus_lists`), over the corpus's own
+catalog; never a held-out corpus.
+
 Lists whose request is on a dev or test server are refused: they are for choosing and reporting.
 """
 
@@ -129,6 +139,9 @@ class Tools:
 
             self.catalogs["smithery"] = read_smithery(smithery_dir).catalog
 
+    def add(self, catalog: str, tools: Any) -> None:
+        self.catalogs[catalog] = tools
+
     def get(self, catalog: str, server: str, tool: str) -> Any:
         from retrieval.catalog.model import ToolId
 
@@ -136,6 +149,49 @@ class Tools:
         if cat is None:
             raise ValueError(f"teacher lists from the {catalog!r} catalog need --smithery DIR")
         return cat[ToolId(server, tool)]
+
+
+def corpus_lists(names: Sequence[str], *, per_corpus: int = 500, negatives: int = 8, seed: int = 13
+                 ) -> tuple[list[TeacherList], dict[str, Any]]:
+    """Lists from other writers' training corpora and their catalogs (keyed ``corpus:NAME``).
+
+    Each request becomes a list: its labelled tools (lenient: any the corpus accepts) with P(yes) 1,
+    and the ``negatives`` unlabelled tools BM25 ranks highest over the corpus's catalog with 0 (the
+    look-alikes the student must tell apart; no judge saw them, so a few may be unlabelled fits).
+    At most ``per_corpus`` requests of each corpus, so none dominates.
+
+    Raises:
+        ValueError: a corpus that is not for training (held-out corpora are never trained on).
+    """
+    from retrieval.evaluation.corpora import CORPORA, load_corpus
+    from retrieval.index.bm25 import BM25Index
+    from retrieval.index.text import tool_document
+
+    rng = random.Random(seed)
+    lists: list[TeacherList] = []
+    catalogs: dict[str, Any] = {}
+    for name in names:
+        if name not in CORPORA:
+            raise ValueError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
+        if CORPORA[name].use != "train":
+            raise ValueError(f"corpus {name!r} is held out ({CORPORA[name].use}), never trained on")
+        corpus = load_corpus(name)
+        tools = corpus.catalog.tools
+        key = f"corpus:{name}"
+        catalogs[key] = corpus.catalog
+        bm25 = BM25Index.build([tool_document(t, with_examples=False) for t in tools])
+        qs = list(corpus.questions)
+        rng.shuffle(qs)
+        for q in qs[:per_corpus]:
+            gold = [t for t in q.lenient_targets if t in corpus.catalog]
+            if not gold:
+                continue
+            rows, _ = bm25.search(q.query, negatives + len(gold) + 4)
+            labelled = set(gold)
+            negs = [tools[int(r)].id for r in rows if tools[int(r)].id not in labelled][:negatives]
+            cands = tuple((t.server, t.tool, 1.0) for t in gold) + tuple((t.server, t.tool, 0.0) for t in negs)
+            lists.append(TeacherList(q.id, q.query, key, cands, day_one=True))
+    return lists, catalogs
 
 
 def read_pools(path: Path) -> dict[str, list[tuple[str, str]]]:
@@ -195,12 +251,13 @@ class DevSet:
     name: str
     with_examples: bool
     rows: list[dict]
+    with_need: bool = False       # score with each row's ``need`` (the blind need of a ``*_need`` pool)
 
 
-def load_dev(path: Path, n: int, seed: int, with_examples: bool) -> DevSet:
+def load_dev(path: Path, n: int, seed: int, with_examples: bool, with_need: bool = False) -> DevSet:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     random.Random(seed).shuffle(rows)
-    return DevSet(path.stem, with_examples, rows[:n] if n else rows)
+    return DevSet(path.stem, with_examples, rows[:n] if n else rows, with_need)
 
 
 def dev_ranks(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet, max_length: int,
@@ -219,7 +276,8 @@ def dev_ranks(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet,
             if target not in cands:
                 ranks.append(0)
                 continue
-            recs = records(row["query"], None, [tools.get("mcp-zero", s, t) for s, t in cands], dev.with_examples)
+            need = row.get("need") if dev.with_need else None
+            recs = records(row["query"], need, [tools.get("mcp-zero", s, t) for s, t in cands], dev.with_examples)
             z = forward(model, tok, recs, max_length, micro).numpy()
             ranks.append(1 + int((z > z[cands.index(target)]).sum()))
     model.train(was_training)
@@ -305,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-minutes", type=float, default=10.0)
     p.add_argument("--noex-weight", type=float, default=1.0,
                    help="weight of the day-one dev MRR against the with-examples one when choosing the checkpoint")
+    p.add_argument("--needs", type=Path, help="blind needs by list id (training/data/needs_blind.jsonl)")
+    p.add_argument("--need-rate", type=float, default=0.5, help="share of the lists with a need trained with it")
+    p.add_argument("--need-weight", type=float, default=1.0,
+                   help="weight of the day-one-with-need dev MRR (dev_noex_need) when choosing the checkpoint")
+    p.add_argument("--corpora", nargs="*", default=[], help="other writers' training corpora to add as lists")
+    p.add_argument("--per-corpus", type=int, default=500, help="requests taken from each corpus")
     p.add_argument("--freeze-embeddings", action="store_true",
                    help="keep the word embeddings fixed (faster steps; the tool vocabulary stays MiniLM's)")
     p.add_argument("--threads", type=int, default=2)
@@ -328,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--init {a.init}: not a model folder (no config.json)")
     if a.start_step and not a.init:
         p.error("--start-step continues an earlier stage: give its weights with --init")
+    if not 0.0 <= a.need_rate <= 1.0:
+        p.error(f"--need-rate must be in [0, 1], got {a.need_rate}")
+    if a.needs and not a.needs.is_file():
+        p.error(f"--needs {a.needs}: no such file")
     if a.resume and not (a.out / "state" / "progress.json").exists():
         p.error(f"--resume: {a.out / 'state'} holds no saved state; start without --resume")
     from scorer.record import REQUEST_CUTS
@@ -349,11 +417,27 @@ def main(argv: list[str] | None = None) -> int:
         check_train_only(lists, load_split())
     except ValueError as exc:
         p.error(str(exc))
+    tools = Tools(a.smithery)
+    if a.corpora:
+        try:
+            more, catalogs = corpus_lists(a.corpora, per_corpus=a.per_corpus, seed=a.seed)
+        except ValueError as exc:
+            p.error(str(exc))
+        for key, cat in catalogs.items():
+            tools.add(key, cat)
+        log.info("corpus lists: %d from %s", len(more), ", ".join(a.corpora))
+        lists += more
     rng = random.Random(a.seed)
     rng.shuffle(lists)
     if a.max_lists:
         lists = lists[: a.max_lists]
-    tools = Tools(a.smithery)
+    needs: dict[str, str] = {}
+    if a.needs:
+        from .needs import read_needs
+
+        needs = {k: v["need"] for k, v in read_needs(a.needs).items() if v.get("need")}
+        log.info("blind needs for %d of %d lists, trained with at rate %.2f",
+                 sum(t.id in needs for t in lists), len(lists), a.need_rate)
     pools = read_pools(a.pools / "teacher.jsonl") if a.pools and a.deep_negatives else {}
     a.out.mkdir(parents=True, exist_ok=True)
     state_dir = a.out / "state"
@@ -367,9 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     records = Records(tok.backend_tokenizer.to_str(), a)
     devs = []
     if a.pools:
-        for tag, ex in (("dev_ex", True), ("dev_noex", False)):
-            if (a.pools / f"{tag}.jsonl").exists():
-                devs.append(load_dev(a.pools / f"{tag}.jsonl", a.dev_questions, 7, ex))
+        for tag, ex, with_need in (("dev_ex", True, False), ("dev_noex", False, False), ("dev_noex_need", False, True)):
+            if (a.pools / f"{tag}.jsonl").exists() and (with_need is False or a.needs):
+                devs.append(load_dev(a.pools / f"{tag}.jsonl", a.dev_questions, 7, ex, with_need))
 
     # Lists in a fixed order per epoch; steps group lists of similar request length.
     steps_per_epoch = math.ceil(len(lists) / a.lists_per_step)
@@ -441,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
             m = evaluate_dev(model, tok, records, tools, dev, a.max_length, depth=a.dev_depth)
             row.update({f"{dev.name}_{k}": round(v, 4) for k, v in m.items()})
         row["eval_seconds"] = round(time.time() - te, 1)
-        weights = {d.name: (a.noex_weight if not d.with_examples else 1.0) for d in devs}
+        weights = {d.name: (a.need_weight if d.with_need else a.noex_weight if not d.with_examples else 1.0)
+                   for d in devs}
         score = sum(weights[d.name] * row.get(f"{d.name}_mrr", 0.0) for d in devs) / max(1e-9, sum(weights.values()))
         row["score"] = round(score, 4)
         with curve_path.open("a", encoding="utf-8") as f:
@@ -473,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             deep = [c for c in pools.get(tl.id, [])[20:] if c not in judged]
             cands += [(s, t, 0.0) for s, t in srng.sample(deep, min(a.deep_negatives, len(deep)))]
             with_ex = trains_with_examples(tl, srng.random(), a.examples_rate)
-            recs += records(tl.query, None, [tools.get(tl.catalog, s, t) for s, t, _ in cands], with_ex)
+            need = needs.get(tl.id) if srng.random() < a.need_rate else None
+            recs += records(tl.query, need, [tools.get(tl.catalog, s, t) for s, t, _ in cands], with_ex)
             targets.append(torch.tensor([c[2] for c in cands], dtype=torch.float32))
             sizes.append(len(cands))
         logits = forward(model, tok, recs, a.max_length, a.micro_batch)

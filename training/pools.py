@@ -8,7 +8,10 @@ thing it will do. This writes, once, into ``OUT/``:
   from (MCP-Zero **train** servers without examples, or Smithery), so training can add a few
   deep negatives from ranks 21–100 that the judge never saw (they are labelled 0);
 * ``{dev,test}_{ex,noex}.jsonl`` — for every dev/test question, the hybrid's top 100 over the
-  whole shipped catalog, with and without example requests indexed.
+  whole shipped catalog, with and without example requests indexed;
+* with ``--needs`` (the blind needs, ``training/needs.py``), ``{dev,test}_{ex,noex}_need.jsonl`` — the
+  same questions retrieved with the agent's blind need beside the request, the need in each row's
+  ``need`` (the author-written need of ``questions.jsonl`` is never used there).
 
     python -m training.pools --smithery ../shared/data/smithery/servers --out runs/pools
 """
@@ -34,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--teacher", type=Path, nargs="*", default=None, help="teacher list files (default: all shipped)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--k", type=int, default=100)
+    p.add_argument("--needs", type=Path, help="blind needs (training/data/needs_blind.jsonl): also write *_need.jsonl pools")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from tqdm import tqdm
@@ -57,6 +61,22 @@ def main(argv: list[str] | None = None) -> int:
                 for q in tqdm(queries, desc=f"{split} {tag}"):
                     hits = index.retrieve(q.query, None, None, k=a.k)
                     f.write(json.dumps({"id": q.id, "query": q.query, "need": q.need, "style": q.style,
+                                        "target": [q.target.server, q.target.tool],
+                                        "candidates": _ids(hits)}) + "\n")
+            log.info("wrote %s", path)
+            if a.needs is None:
+                continue
+            from .needs import read_needs
+
+            blind = read_needs(a.needs)
+            path = a.out / f"{split}_{tag}_need.jsonl"
+            with path.open("w", encoding="utf-8") as f:
+                for q in tqdm(queries, desc=f"{split} {tag} need"):
+                    need = blind.get(q.id, {}).get("need")
+                    if not need:
+                        continue
+                    hits = index.retrieve(q.query, need, None, k=a.k)
+                    f.write(json.dumps({"id": q.id, "query": q.query, "need": need, "style": q.style,
                                         "target": [q.target.server, q.target.tool],
                                         "candidates": _ids(hits)}) + "\n")
             log.info("wrote %s", path)
