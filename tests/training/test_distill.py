@@ -68,3 +68,32 @@ def test_day_one_lists_never_train_with_examples(tmp_path):
     assert not trains_with_examples(day_one, 0.0, 1.0)      # its request is one of the tool's examples
     smithery = TeacherList("c", "q", "smithery", (("S", "t", 1.0),))
     assert not trains_with_examples(smithery, 0.0, 1.0)     # Smithery tools have no examples
+
+
+def test_corpus_lists_refuse_held_out_corpora():
+    from training.distill import corpus_lists
+
+    with pytest.raises(ValueError, match="held out"):
+        corpus_lists(["api_bank"])
+    with pytest.raises(ValueError, match="unknown corpus"):
+        corpus_lists(["no_such_corpus"])
+
+
+def test_corpus_lists_label_the_corpus_tools_and_look_alikes():
+    from retrieval.evaluation.corpora import corpora_root
+    from training.distill import corpus_lists
+
+    if not (corpora_root() / "tooltalk").is_dir():
+        pytest.skip("public corpora not present")
+    lists, catalogs = corpus_lists(["tooltalk"], per_corpus=20, negatives=5)
+    assert 0 < len(lists) <= 20 and set(catalogs) == {"corpus:tooltalk"}
+    cat = catalogs["corpus:tooltalk"]
+    for tl in lists:
+        assert tl.catalog == "corpus:tooltalk" and tl.day_one and tl.has_fit
+        positives = [c for c in tl.candidates if c[2] == 1.0]
+        negatives = [c for c in tl.candidates if c[2] == 0.0]
+        assert positives and len(negatives) <= 5
+        assert not {c[:2] for c in positives} & {c[:2] for c in negatives}
+        from retrieval.catalog.model import ToolId
+
+        assert all(ToolId(s, t) in cat for s, t, _ in tl.candidates)
