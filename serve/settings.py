@@ -98,6 +98,9 @@ class Settings(BaseSettings):
                            "process with status 3 instead of staying up unready. `toolrank serve` sets it.")
     failure_file: Path | None = Field(
         None, description="Internal (set by `toolrank serve`): where a worker writes why start-up failed.")
+    write_examples_timeout_s: Seconds = Field(
+        120.0, description="Bound on the example writing of one PUT /v1/servers/{name}?write_examples=true as a "
+                           "whole; tools not written by then are indexed without examples (the answer says so).")
     feedback_max_mb: float = Field(
         8.0, gt=0, le=4096, description="A tenant's feedback log rotates past this size (one older part is kept, "
                                         "so a tenant's log stays under twice it).")

@@ -355,7 +355,8 @@ def written_examples(settings: Any, name: str, description: str, tools: Sequence
         raise ServiceError(422, "write_examples_unavailable",
                            f"write_examples needs an LLM endpoint on the service: {exc}") from None
     with client:
-        outcome = write_examples(todo, client, cache)
+        outcome = write_examples(todo, client, cache,
+                                 deadline_s=float(getattr(settings, "write_examples_timeout_s", 120.0)))
     for t in outcome.catalog:
         if t.examples:
             given[t.name] = list(t.examples)

@@ -28,6 +28,7 @@ import logging
 import random
 import sys
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,13 +143,16 @@ def _row_key(*fields: str, needs: Sequence[str] = ()) -> Callable[[dict], Hashab
 
 
 def _run(jobs: Sequence[Any], work: Callable[[Any], list[dict]], out: _JsonlOutput, *,
-         total: int, skipped: int, concurrency: int, show_progress: bool, desc: str) -> RunStats:
+         total: int, skipped: int, concurrency: int, show_progress: bool, desc: str,
+         deadline: float | None = None) -> RunStats:
     """Run ``work`` over ``jobs`` with at most ``concurrency`` in flight, appending rows in job order.
 
     A finished job's rows are written once every earlier job's are (so the file follows
     the catalog or questions order); on an error or interruption, whatever has finished
     is written anyway. The first GenerationError stops new submissions; jobs already
-    running finish and their rows are kept; then the error is raised.
+    running finish and their rows are kept; then the error is raised. Past ``deadline`` (a
+    ``time.monotonic()`` value) nothing new starts and jobs still running are abandoned (their rows
+    are not written): a :class:`GenerationError` says how many were left.
     """
     from tqdm import tqdm
 
@@ -162,6 +166,7 @@ def _run(jobs: Sequence[Any], work: Callable[[Any], list[dict]], out: _JsonlOutp
     pending: Iterator[tuple[int, Any]] = iter(enumerate(jobs))
     in_flight: dict[Future, int] = {}
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="toolrank-gen")
+    late = False
 
     def submit() -> None:
         item = next(pending, None)
@@ -172,7 +177,14 @@ def _run(jobs: Sequence[Any], work: Callable[[Any], list[dict]], out: _JsonlOutp
         for _ in range(concurrency):  # no queue: after an error, nothing new starts
             submit()
         while in_flight:
-            finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            left = None if deadline is None else deadline - time.monotonic()
+            finished, _ = wait(in_flight, timeout=None if left is None else max(0.0, left),
+                               return_when=FIRST_COMPLETED)
+            if not finished:   # the deadline passed with jobs still running: abandon them
+                late = True
+                error = error or GenerationError(
+                    f"the time allowed ran out with {len(jobs) - done} of {len(jobs)} job(s) unfinished")
+                break
             for fut in finished:
                 index = in_flight.pop(fut)
                 try:
@@ -191,7 +203,7 @@ def _run(jobs: Sequence[Any], work: Callable[[Any], list[dict]], out: _JsonlOutp
             if error is not None and not in_flight:
                 break
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=not late, cancel_futures=True)
         for index in sorted(ready):
             out.append(ready.pop(index))
         bar.close()

@@ -41,6 +41,7 @@ ENV_BASE_URL = "TOOLRANK_LLM_BASE_URL"
 ENV_MODEL = "TOOLRANK_LLM_MODEL"
 ENV_API_KEY = "TOOLRANK_LLM_API_KEY"
 
+MAX_REPLY_BYTES = 8 * 1024 * 1024     # a chat completion is kilobytes; more is a broken endpoint
 _TRANSIENT_HTTP_ERRORS = (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError,
                           httpx.WriteError)
 
@@ -152,7 +153,11 @@ class ChatReply:
 
 
 def _snippet(text: str, n: int = 300) -> str:
-    text = " ".join(text.split())
+    """A short, one-line piece of an upstream body for a message, with obvious secrets masked (an endpoint
+    that echoes the request's Authorization header must not put the key into an answer or a log)."""
+    from retrieval.redaction import redact_secrets
+
+    text = redact_secrets(" ".join(text.split()))
     return text if len(text) <= n else text[:n] + "..."
 
 
@@ -227,6 +232,31 @@ class ChatClient:
         if delay > 0:
             self._sleep(delay)
 
+    def _snip(self, text: str, n: int = 300) -> str:
+        """:func:`_snippet`, with this client's own API key masked wherever the body repeats it."""
+        key = self.config.api_key
+        if key and len(key) >= 4:
+            text = text.replace(key, "[redacted]")
+        return _snippet(text, n)
+
+    def _post(self, url: str, body: dict[str, Any]) -> httpx.Response:
+        """One POST whose whole reply must arrive within ``config.timeout`` seconds and ``MAX_REPLY_BYTES``
+        (httpx's timeout bounds each read, so an endpoint that trickles a byte at a time would hold the call
+        for ever); a slower reply is a timeout, retried like one."""
+        deadline = time.monotonic() + self.config.timeout
+        with self._http.stream("POST", url, json=body) as resp:
+            chunks, size = [], 0
+            for chunk in resp.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout(f"the whole reply took longer than {self.config.timeout:g} s")
+                if size > MAX_REPLY_BYTES:
+                    raise MalformedReplyError(f"{url} sent more than {MAX_REPLY_BYTES // 1024 // 1024} MiB; "
+                                              "a chat completion is far smaller")
+            return httpx.Response(resp.status_code, headers=resp.headers, content=b"".join(chunks),
+                                  request=resp.request)
+
     def chat(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 0.0,
              max_tokens: int | None = None, logprobs: bool = False,
              top_logprobs: int | None = None, extra: Mapping[str, Any] | None = None) -> ChatReply:
@@ -266,7 +296,7 @@ class ChatClient:
                             cfg.max_retries + 1, last)
             retry_after = None
             try:
-                resp = self._http.post(cfg.url, json=body)
+                resp = self._post(cfg.url, body)
             except httpx.ConnectError as exc:
                 raise EndpointError(
                     f"cannot connect to {cfg.url} ({exc}); is the server running? "
@@ -277,21 +307,21 @@ class ChatClient:
             else:
                 status = resp.status_code
                 if status == 429 or status >= 500:
-                    last = f"HTTP {status}: {_snippet(resp.text, 120)}"
+                    last = f"HTTP {status}: {self._snip(resp.text, 120)}"
                     retry_after = resp.headers.get("retry-after")
                 elif status in (401, 403):
                     raise EndpointError(
                         f"{cfg.url} refused the credentials (HTTP {status}); set "
-                        f"{ENV_API_KEY} or pass --api-key", status, _snippet(resp.text))
+                        f"{ENV_API_KEY} or pass --api-key", status, self._snip(resp.text))
                 elif status == 404:
                     raise EndpointError(
                         f"{cfg.url} answered 404 for model {cfg.model!r}: the URL or the model "
-                        f"does not exist there ({_snippet(resp.text, 200)}); check --base-url "
-                        f"(usually ending in /v1) and --model", status, _snippet(resp.text))
+                        f"does not exist there ({self._snip(resp.text, 200)}); check --base-url "
+                        f"(usually ending in /v1) and --model", status, self._snip(resp.text))
                 elif status >= 400:
                     raise EndpointError(
-                        f"{cfg.url} rejected the request (HTTP {status}): {_snippet(resp.text)}",
-                        status, _snippet(resp.text))
+                        f"{cfg.url} rejected the request (HTTP {status}): {self._snip(resp.text)}",
+                        status, self._snip(resp.text))
                 else:
                     return self._parse(resp)
             if attempt < cfg.max_retries:

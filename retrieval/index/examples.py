@@ -24,6 +24,7 @@ from retrieval.jsonl import read_jsonl
 __all__ = ["ExamplePlan", "ExampleOutcome", "bare_hash", "load_cache", "plan_examples", "write_examples",
            "OUTPUT_TOKENS_PER_EXAMPLE"]
 
+MAX_EXAMPLE_CHARS = 4000           # the HTTP API's cap on one given example request
 OUTPUT_TOKENS_PER_EXAMPLE = 30     # a shipped example request is ~20 words; JSON quoting on top
 
 
@@ -47,7 +48,7 @@ def load_cache(path: str | Path) -> dict[tuple[str, str, str], list[str]]:
             ex = row["examples"]
             if not isinstance(ex, list) or not all(isinstance(e, str) for e in ex):
                 raise TypeError("examples")
-            out[(row["server"], row["tool"], row["hash"])] = ex
+            out[(row["server"], row["tool"], row["hash"])] = [c for c in map(clean_example, ex) if c]
         except (KeyError, TypeError):
             raise ValueError(f"{path}, line {lineno}: not an example cache row ({{server, tool, hash, examples}}); "
                              "remove the line or use another --examples-cache") from None
@@ -116,11 +117,22 @@ class ExampleOutcome:
         return text
 
 
+def clean_example(text: str) -> str:
+    """An LLM-written example request as API input is kept: whitespace folded, control characters dropped,
+    cut to :data:`MAX_EXAMPLE_CHARS` (the HTTP API's cap on a given example)."""
+    text = "".join(ch for ch in text if ch.isprintable() or ch.isspace())
+    text = " ".join(text.split())
+    return text[:MAX_EXAMPLE_CHARS].rstrip()
+
+
 def write_examples(catalog: Catalog, client: Any, cache: str | Path, *, n: int = 5, temperature: float = 0.8,
-                   concurrency: int = 4, attempts: int = 3, show_progress: bool = False) -> ExampleOutcome:
+                   concurrency: int = 4, attempts: int = 3, show_progress: bool = False,
+                   deadline_s: float | None = None) -> ExampleOutcome:
     """Write example requests for the tools of ``catalog`` that have none (cached by content hash).
 
     Never raises for the endpoint: its failure leaves those tools without examples, and says so.
+    ``deadline_s`` bounds the whole call: tools not written by then stay without examples (said so).
+    Each example is cleaned and capped like API input (:func:`clean_example`).
     """
     from training.generate import _ask, _JsonlOutput, _row_key, _run
     from training.llm import GenerationError
@@ -131,15 +143,19 @@ def write_examples(catalog: Catalog, client: Any, cache: str | Path, *, n: int =
 
     def work(tool: Tool) -> list[dict]:
         examples = _ask(client, example_messages(tool, _siblings(catalog, tool), n),
-                        lambda text: parse_examples(text, n), temperature=temperature, attempts=attempts)
+                        lambda text: [e for e in map(clean_example, parse_examples(text, n)) if e],
+                        temperature=temperature, attempts=attempts)
         return [{"server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "examples": examples}]
 
     error = None
     written = 0
     if plan.todo:
         try:
+            import time
+
             stats = _run(plan.todo, work, out, total=len(plan.todo), skipped=0, concurrency=concurrency,
-                         show_progress=show_progress, desc="example requests")
+                         show_progress=show_progress, desc="example requests",
+                         deadline=None if deadline_s is None else time.monotonic() + deadline_s)
             written = stats.done
         except GenerationError as exc:
             error = str(exc)
