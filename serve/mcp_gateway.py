@@ -595,7 +595,7 @@ class Gateway:
             try:
                 result = await b.within(conn, send)
                 if self.usage is not None:
-                    await anyio.to_thread.run_sync(self.usage.called, server, tool, result)
+                    await anyio.to_thread.run_sync(self.usage.called, server, tool, result, self.index)
                 return result
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                 # The connection had ended before this call (the request never left): start it again, once.

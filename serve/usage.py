@@ -285,8 +285,13 @@ class UsageBook:
         return found
 
     def feedback(self, tenant: str, offer: Offer, request_id: str, tool_id: tuple[str, str], success: bool, *,
-                 learn: bool = True, error: str | None = None) -> FeedbackOutcome:
-        """Record one call after an offer; learn the request when the call succeeded on an offered tool."""
+                 learn: bool = True, error: str | None = None, vectorize: Any = None) -> FeedbackOutcome:
+        """Record one call after an offer; learn the request when the call succeeded on an offered tool.
+
+        ``vectorize(tool_id, requests) -> (key, vector) | None`` (:func:`retrieval.index.learned.tenant_vector`
+        over the served index) computes the tool's tenant vector now, stored with the examples, so that
+        searches never embed what the tenant taught.
+        """
         tid = ToolId(*tool_id)
         was_offered = tid in offer.tools
         with self._lock:
@@ -306,7 +311,12 @@ class UsageBook:
         usage = self.tenant(tenant)
         learned_now = success and was_offered and learn and not replay
         if learned_now:
-            current, _ = usage.change(lambda cur: (cur.add(tid, offer.request), None))
+            def learn_one(cur: LearnedExamples) -> tuple[LearnedExamples, None]:
+                new = cur.add(tid, offer.request)
+                got = vectorize(tid, new.requests(tid)) if vectorize is not None else None
+                return (new.with_vector(tid, *got) if got is not None else new), None
+
+            current, _ = usage.change(learn_one)
         else:
             current = usage.learned()
         usage.record({"at": round(time.time(), 3), "request_id": request_id, "request": offer.request,
@@ -529,8 +539,9 @@ class GatewayUsage:
                                                         time.time()))])[-self._max:]
         self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools])
 
-    def called(self, server: str, tool: str, result: Any) -> None:
-        """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool."""
+    def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
+        """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool
+        (with ``index``, the tool's tenant vector is computed and stored now)."""
         tid = ToolId(server, tool)
         with self._lock:
             recent = [(rid, o) for rid, o in self._recent if time.time() - o.at <= self.book.offer_ttl_s]
@@ -538,6 +549,10 @@ class GatewayUsage:
             return
         rid, offer = next(((r, o) for r, o in reversed(recent) if tid in o.tools), recent[-1])
         try:
-            self.book.feedback(self.tenant, offer, rid, tid, not bool(getattr(result, "isError", False)))
+            from retrieval.index.learned import tenant_vector
+
+            vectorize = (lambda t, reqs: tenant_vector(index, t, reqs)) if index is not None else None
+            self.book.feedback(self.tenant, offer, rid, tid, not bool(getattr(result, "isError", False)),
+                               vectorize=vectorize)
         except Exception:   # learning must never break a call
             log.warning("could not record the call to %s for learning", tid, exc_info=True)

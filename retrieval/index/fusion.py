@@ -26,11 +26,12 @@ class FusionConfig:
     w_need_bm25: float = 0.5
     w_need_dense: float = 1.0
     need_joint: bool = True
+    w_learned_bm25: float = 1.0   # a tenant's learned requests as a lexical list (retrieve_with_learned)
 
     def __post_init__(self) -> None:
         if self.k < 0 or self.w_bm25 < 0 or self.w_dense < 0 or self.w_bm25 + self.w_dense == 0:
             raise ValueError(f"invalid fusion config {self}: k and weights must be >= 0, weights not both 0")
-        if self.w_need_bm25 < 0 or self.w_need_dense < 0:
+        if self.w_need_bm25 < 0 or self.w_need_dense < 0 or self.w_learned_bm25 < 0:
             raise ValueError(f"invalid fusion config {self}: the need's weights must be >= 0")
 
     @property
@@ -51,7 +52,9 @@ def reciprocal_rank_fusion(lists: list[list[int]], weights: list[float], k: floa
 
 
 def fused_lists(bm25: list[int], dense: list[int], need_bm25: list[int], need_dense: list[int],
-                cfg: FusionConfig) -> list[tuple[int, float]]:
-    """The request's two lists and the need's two (empty without a need) fused by ``cfg``'s weights."""
-    return reciprocal_rank_fusion([bm25, dense, need_bm25, need_dense],
-                                  [cfg.w_bm25, cfg.w_dense, cfg.w_need_bm25, cfg.w_need_dense], cfg.k)
+                cfg: FusionConfig, learned_bm25: list[int] | None = None) -> list[tuple[int, float]]:
+    """The request's two lists and the need's two (empty without a need) fused by ``cfg``'s weights;
+    with ``learned_bm25``, a tenant's learned requests as a fifth (lexical) list."""
+    return reciprocal_rank_fusion([bm25, dense, need_bm25, need_dense, learned_bm25 or []],
+                                  [cfg.w_bm25, cfg.w_dense, cfg.w_need_bm25, cfg.w_need_dense, cfg.w_learned_bm25],
+                                  cfg.k)

@@ -5,8 +5,15 @@ is evidence of how this tenant asks for that tool: it becomes a *learned example
 tool, for that tenant only. The shared index never changes; a search of a tenant that has
 learned examples runs :func:`retrieve_with_learned`, which scores the dense side against
 tenant-specific tool vectors (the tool's passages plus its learned requests, the way shipped
-example requests join a tool's vector). Every other tenant runs the index's own
+example requests join a tool's vector) and adds a lexical list of its own: BM25 over the
+tenant's learned requests, one document per tool. Every other tenant runs the index's own
 ``retrieve``, so nothing learned by one tenant can reach another's scores or results.
+
+A tool's tenant vector is computed when the tenant teaches it (:meth:`LearnedExamples.with_vector`,
+at feedback time) and stored with the learned examples, so a search never embeds passages: its
+cost does not grow with how much a tenant has learned. Every text is embedded alone (a batch of
+one), so a vector is the same bytes whoever embedded what before it; a stored vector made for
+another encoder, index or tool version is recomputed the same way.
 
 A :class:`LearnedExamples` is immutable; :meth:`LearnedExamples.add` and
 :meth:`LearnedExamples.remove` return a new one. Per tool it keeps the ``limit`` most recent
@@ -39,14 +46,17 @@ from .fusion import fused_lists
 from .hits import Hit
 from .text import tool_passages
 
-__all__ = ["LearnedExample", "LearnedExamples", "retrieve_with_learned", "near_duplicate", "DEFAULT_LIMIT",
-           "NEAR_DUPLICATE", "MAX_REQUEST_CHARS", "FORMAT"]
+__all__ = ["LearnedExample", "LearnedExamples", "retrieve_with_learned", "near_duplicate", "learned_vector",
+           "vector_key", "tenant_vector", "DEFAULT_LIMIT", "DEFAULT_MAX_TOTAL", "NEAR_DUPLICATE", "MAX_REQUEST_CHARS", "FORMAT"]
 
 DEFAULT_LIMIT = 20            # learned requests kept per tool (the most recent)
+DEFAULT_MAX_TOTAL = 10_000    # learned requests kept per tenant (the oldest go first)
 NEAR_DUPLICATE = 0.8          # word-set Jaccard at or above which two requests are merged
 MAX_REQUEST_CHARS = 2000      # longer requests are cut (an example is a request, not a document)
 FORMAT = 1
 FILE = "learned.json"
+VECTORS = "vectors.npy"        # one row per stored tenant vector, in the order of VECTOR_KEYS
+VECTOR_KEYS = "vectors.json"
 _WORDS = re.compile(r"\w+", re.UNICODE)
 
 
@@ -76,12 +86,34 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
     """One tenant's learned example requests per tool (immutable)."""
 
     def __init__(self, tools: Mapping[ToolId, Iterable[LearnedExample]] | None = None, *,
-                 limit: int = DEFAULT_LIMIT):
+                 limit: int = DEFAULT_LIMIT, max_total: int = DEFAULT_MAX_TOTAL,
+                 vectors: Mapping[ToolId, tuple[str, np.ndarray]] | None = None):
         if limit < 1:
             raise ValueError(f"limit must be at least 1 learned example per tool, got {limit}")
+        if max_total < 1:
+            raise ValueError(f"max_total must be at least 1 learned example, got {max_total}")
         self.limit = limit
+        self.max_total = max_total
         self._tools: dict[ToolId, tuple[LearnedExample, ...]] = {
             ToolId(*tid): tuple(ex)[-limit:] for tid, ex in (tools or {}).items() if tuple(ex)}
+        over = sum(len(v) for v in self._tools.values()) - max_total
+        if over > 0:   # the tenant's oldest learned requests go first
+            oldest = sorted((e.learned_at, tid, i) for tid, ex in self._tools.items() for i, e in enumerate(ex))[:over]
+            drop: dict[ToolId, set[int]] = {}
+            for _, tid, i in oldest:
+                drop.setdefault(tid, set()).add(i)
+            for tid, idx in drop.items():
+                kept = tuple(e for i, e in enumerate(self._tools[tid]) if i not in idx)
+                if kept:
+                    self._tools[tid] = kept
+                else:
+                    del self._tools[tid]
+        # tenant vectors: tool -> (the key it was made for, the vector); only for tools still learned
+        self._vectors: dict[ToolId, tuple[str, np.ndarray]] = {
+            ToolId(*t): v for t, v in (vectors or {}).items() if ToolId(*t) in self._tools}
+        self._lexicon: Any = None
+        self._lexicon_lock = threading.Lock()
+        self._resolved: tuple[Any, dict[ToolId, np.ndarray]] | None = None   # (weakref to an index, vectors)
 
     # Mapping
     def __getitem__(self, tool_id: tuple[str, str]) -> tuple[LearnedExample, ...]:
@@ -94,7 +126,10 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         return len(self._tools)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, LearnedExamples) and self._tools == other._tools
+        return (isinstance(other, LearnedExamples) and self._tools == other._tools
+                and {t: k for t, (k, _) in self._vectors.items()} == {t: k for t, (k, _) in other._vectors.items()})
+
+    __hash__ = None  # type: ignore[assignment]   (mutable-looking mapping: not hashable)
 
     def requests(self, tool_id: tuple[str, str]) -> tuple[str, ...]:
         return tuple(e.request for e in self._tools.get(ToolId(*tool_id), ()))
@@ -102,6 +137,58 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
     @property
     def total(self) -> int:
         return sum(len(v) for v in self._tools.values())
+
+    def _copy(self, tools: Mapping[ToolId, Iterable[LearnedExample]]) -> "LearnedExamples":
+        """A copy with ``tools``; a tool's stored vector goes with it only while its requests are unchanged."""
+        keep = {t: v for t, v in self._vectors.items() if tuple(tools.get(t, ())) == self._tools.get(t)}
+        return LearnedExamples(tools, limit=self.limit, max_total=self.max_total, vectors=keep)
+
+    # tenant vectors
+    def vector(self, tool_id: tuple[str, str], key: str) -> np.ndarray | None:
+        """The stored tenant vector of a tool when it was made for ``key`` (see :func:`vector_key`)."""
+        found = self._vectors.get(ToolId(*tool_id))
+        return found[1] if found is not None and found[0] == key else None
+
+    def with_vector(self, tool_id: tuple[str, str], key: str, vector: np.ndarray) -> "LearnedExamples":
+        """A copy that stores ``vector`` (made for ``key``) as the tool's tenant vector."""
+        tid = ToolId(*tool_id)
+        out = self._copy(self._tools)
+        if tid in out._tools:
+            out._vectors[tid] = (key, np.asarray(vector, dtype=np.float32))
+        return out
+
+    @property
+    def vectors_stored(self) -> int:
+        return len(self._vectors)
+
+    def vectors_for(self, index: Any) -> dict[ToolId, np.ndarray]:
+        """Every learned tool's tenant vector over ``index`` (stored ones where their key matches, the
+        others computed), worked out once per (version, index) pair: a search then only reads them."""
+        import weakref
+
+        found = self._resolved
+        if found is not None and found[0]() is index:
+            return found[1]
+        out = {}
+        for tid, ex in self._tools.items():
+            if tid not in index.catalog:
+                continue
+            tool, requests = index.catalog[tid], tuple(e.request for e in ex)
+            stored = self.vector(tid, vector_key(index, tool, requests))
+            out[tid] = stored if stored is not None else learned_vector(index, tool, requests)
+        self._resolved = (weakref.ref(index), out)
+        return out
+
+    # the tenant's lexical channel
+    def lexicon(self) -> tuple[Any, list[ToolId]]:
+        """BM25 over the learned requests, one document per tool (built once per version), and its tools."""
+        with self._lexicon_lock:
+            if self._lexicon is None:
+                from .bm25 import BM25Index
+
+                tools = sorted(self._tools)
+                self._lexicon = (BM25Index.build([" ".join(e.request for e in self._tools[t]) for t in tools]), tools)
+            return self._lexicon
 
     # changes
     def add(self, tool_id: tuple[str, str], request: str, *, at: float | None = None) -> "LearnedExamples":
@@ -122,7 +209,7 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             else:
                 kept.append(e)
         kept.append(LearnedExample(request, at, uses))
-        return LearnedExamples({**self._tools, tid: kept}, limit=self.limit)
+        return self._copy({**self._tools, tid: kept})
 
     def remove(self, tool_id: tuple[str, str] | None = None, request: str | None = None) -> tuple["LearnedExamples", int]:
         """A copy without the tool's learned examples (only ``request`` when given; every tool's
@@ -138,7 +225,7 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
                 tools[tid] = after
             else:
                 tools.pop(tid, None)
-        return LearnedExamples(tools, limit=self.limit), removed
+        return self._copy(tools), removed
 
     # persistence
     def to_dict(self) -> dict[str, Any]:
@@ -164,35 +251,60 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             raise ValueError(f"learned examples: malformed ({type(exc).__name__}: {exc})") from None
 
     def save(self, directory: str | Path) -> Path:
-        """Write ``directory/learned.json`` atomically (a temporary folder renamed into place)."""
+        """Write ``directory/learned.json`` (and the stored tenant vectors) atomically (a temporary folder
+        renamed into place)."""
         directory = Path(directory)
         data = self.to_dict()
         if not round_trips(data):
             raise CatalogError("learned examples cannot be stored as JSON and read back unchanged")
-        with written_aside(directory) as tmp:   # mkdtemp: a 0700 folder; the file 0600 (what users typed)
+        with written_aside(directory) as tmp:   # mkdtemp: a 0700 folder; the files 0600 (what users typed)
             fd = os.open(tmp / FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with open(fd, "w", encoding="utf-8") as fh:
                 fh.write(dumps_line(data) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
+            if self._vectors:
+                tools = sorted(self._vectors)
+                keys = [{"server": t.server, "tool": t.tool, "key": self._vectors[t][0]} for t in tools]
+                fd = os.open(tmp / VECTOR_KEYS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with open(fd, "w", encoding="utf-8") as fh:
+                    fh.write(json.dumps(keys) + "\n")
+                fd = os.open(tmp / VECTORS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with open(fd, "wb") as fh:
+                    np.save(fh, np.stack([self._vectors[t][1] for t in tools]).astype(np.float32))
+                    fh.flush()
+                    os.fsync(fh.fileno())
         return directory
 
     @classmethod
     def load(cls, directory: str | Path) -> "LearnedExamples":
         path = Path(directory) / FILE
         try:
-            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+            found = cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             raise ValueError(f"{path}: no learned examples file") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: invalid JSON ({exc.msg})") from None
+        keys_path, vec_path = Path(directory) / VECTOR_KEYS, Path(directory) / VECTORS
+        if keys_path.exists() and vec_path.exists():
+            try:   # stored vectors are a cache: unreadable ones are recomputed, never fatal
+                keys = json.loads(keys_path.read_text(encoding="utf-8"))
+                matrix = np.load(vec_path, allow_pickle=False)
+                if len(keys) == len(matrix):
+                    found._vectors = {ToolId(k["server"], k["tool"]): (str(k["key"]), matrix[i])
+                                      for i, k in enumerate(keys) if ToolId(k["server"], k["tool"]) in found._tools}
+            except (ValueError, KeyError, TypeError, OSError):
+                pass
+        return found
 
 
 # ------------------------------------------------------------------ retrieval with learned examples
 
 
 class _TextVectors:
-    """Embeddings of passages and learned requests, per encoder, bounded (LRU)."""
+    """Embeddings of passages and learned requests, per encoder, bounded (LRU). Each text is embedded
+    alone (a batch of one), so its vector does not depend on what else was embedded with it: an
+    (int8) encoder's output depends on its batch, and a shared cache must not carry that across tenants."""
 
     def __init__(self, size: int = 50_000):
         self.size = size
@@ -204,7 +316,7 @@ class _TextVectors:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if (name, t) not in self._cache))
         if missing:
-            vecs = encoder.encode(missing)
+            vecs = [encoder.encode([t])[0] for t in missing]
             with self._lock:
                 for t, v in zip(missing, vecs):
                     self._cache[(name, t)] = np.asarray(v, dtype=np.float32)
@@ -228,6 +340,16 @@ _TOOL_VECTORS_SIZE = 20_000
 _TOOL_LOCK = threading.Lock()
 
 
+def vector_key(index: Any, tool: Any, requests: Iterable[str]) -> str:
+    """What a tenant vector depends on: the encoder, whether the index has examples, the tool's content
+    and the learned requests (a short hash; a stored vector is used only under the same key)."""
+    import hashlib
+
+    parts = [str(getattr(index.encoder, "name", "")), str(bool(index.with_examples)), tool.content_hash(),
+             *[r for r in requests if r.strip()]]
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:24]
+
+
 def learned_vector(index: Any, tool: Any, requests: Iterable[str]) -> np.ndarray:
     """The tool's vector for a tenant: the normalised centroid of its indexed passages and its
     learned requests (each request one passage, as shipped example requests are)."""
@@ -248,16 +370,27 @@ def learned_vector(index: Any, tool: Any, requests: Iterable[str]) -> np.ndarray
     return vec
 
 
+def tenant_vector(index: Any, tool_id: tuple[str, str], requests: Iterable[str]) -> tuple[str, np.ndarray] | None:
+    """``(key, vector)`` of a tool's tenant vector over ``index`` (None when the index lacks the tool):
+    what feedback stores with the learned examples, so searches never embed."""
+    tid = ToolId(*tool_id)
+    if tid not in index.catalog:
+        return None
+    tool = index.catalog[tid]
+    requests = tuple(requests)
+    return vector_key(index, tool, requests), learned_vector(index, tool, requests)
+
+
 def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: str, need: str | None = None,
                           eligible: Eligibility | None = None, k: int = 100) -> list[Hit]:
     """``index.retrieve`` for a tenant with learned examples (the same hits when it has none that apply).
 
     BM25 is the index's own; the dense list uses, for each eligible tool with learned
-    examples, its tenant vector (:func:`learned_vector`) instead of the shared one; the two
-    lists are fused as the index fuses them.
+    examples, its tenant vector (stored with the examples, else :func:`learned_vector`) instead of
+    the shared one; BM25 over the tenant's learned requests (eligible tools only) is one more list
+    (``fusion.w_learned_bm25``); the lists are fused as the index fuses them.
     """
-    relevant = {tid: learned.requests(tid) for tid in (learned or {})
-                if tid in index.catalog and (eligible is None or eligible.allows(tid))}
+    relevant = {tid for tid in (learned or {}) if tid in index.catalog and (eligible is None or eligible.allows(tid))}
     if not relevant:
         return index.retrieve(request, need, eligible, k=k)
     if k < 1:
@@ -271,9 +404,20 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
         got = index.retrieve(text, None, eligible, k=depth, stage="dense", query_vector=vector)
         scores = {h.tool_id: float(h.dense_score) for h in got}
         q = np.asarray(vector, dtype=np.float32)
-        for tid, requests in relevant.items():
-            scores[tid] = float(learned_vector(index, index.catalog[tid], requests) @ q)
+        if tenant_vectors:
+            tids = list(tenant_vectors)
+            for tid, score in zip(tids, np.stack([tenant_vectors[t] for t in tids]) @ q):
+                scores[tid] = float(score)
         return sorted(scores.items(), key=lambda kv: -kv[1])[:depth]   # stable: ties keep the index's order
+
+    every = learned.vectors_for(index) if learned is not None else {}
+    tenant_vectors = {tid: every[tid] for tid in relevant}
+    learned_lexical: list[ToolId] = []
+    if index.fusion.w_learned_bm25 > 0 and learned is not None:
+        lex, lex_tools = learned.lexicon()
+        mask = np.array([t in relevant for t in lex_tools], dtype=bool)
+        rows, _ = lex.search(query, len(lex_tools), mask)
+        learned_lexical = [lex_tools[int(r)] for r in rows]
 
     lexical = index.retrieve(query, None, eligible, k=depth, stage="bm25")
     d_order = dense_order(qv, query)
@@ -282,7 +426,8 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     b_info = {h.tool_id: (h.bm25_rank, h.bm25_score) for h in lexical}
     d_info = {tid: (i + 1, s) for i, (tid, s) in enumerate(d_order)}
     fused = fused_lists([h.tool_id for h in lexical], [tid for tid, _ in d_order],
-                        [h.tool_id for h in need_lexical], [tid for tid, _ in need_dense], index.fusion)
+                        [h.tool_id for h in need_lexical], [tid for tid, _ in need_dense], index.fusion,
+                        learned_lexical)
     hits = []
     for rank, (tid, score) in enumerate(fused[:k], 1):
         br, bs = b_info.get(tid, (None, None))

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from retrieval.index.learned import LearnedExamples
+from retrieval.index.learned import LearnedExamples, tenant_vector
 
 from ..deps import AppState, CallerTenant, ServedSnapshot
 from ..errors import ServiceError
@@ -39,7 +39,8 @@ async def feedback(body: FeedbackRequest, state: AppState, tenant: CallerTenant,
                            "/v1/search answer, quoting its request_id")
     outcome = await write_to_store(
         lambda: book.feedback(tenant.name, offer, body.request_id, (body.server, body.tool),
-                              body.outcome == "success", learn=_learning(tenant), error=body.error),
+                              body.outcome == "success", learn=_learning(tenant), error=body.error,
+                              vectorize=lambda t, reqs: tenant_vector(snap.index, t, reqs)),
         what="the feedback")
     return FeedbackResponse(learned=outcome.learned, reason=outcome.reason, examples=outcome.examples)
 
