@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import difflib
 import logging
+import os
 import shutil
 import tempfile
 import unicodedata
@@ -160,7 +161,9 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     metrics = Metrics()
     usage = UsageBook(Path(settings.index_dir) / "usage" if settings.index_dir is not None else None,
                       offers=settings.offers_per_tenant, feedback_max_bytes=int(settings.feedback_max_mb * 1024 * 1024),
-                      feedback_keep_days=settings.feedback_keep_days)
+                      feedback_keep_days=settings.feedback_keep_days,
+                      read_only=settings.read_only or (settings.index_dir is not None and Path(settings.index_dir).is_dir()
+                                                       and not os.access(settings.index_dir, os.W_OK)))
     state = ServiceState(settings, tenants, metrics, usage)
 
     app = FastAPI(

@@ -24,11 +24,13 @@ logged; folders are 0700 and files 0600. The feedback log rotates past ``feedbac
 tenant's log stays under twice the bound. Forgetting (``DELETE /v1/examples``) removes the text
 from the learned examples, from every older version kept on disk and from both parts of the log.
 
-The offers ledger is kept in memory (at most ``offers_per_tenant`` searches per tenant, so one
-tenant never evicts another's, each at most ``offer_ttl_s`` old) by the worker that answered the
-search: send feedback to the same worker (one worker, or sticky sessions), or it is answered 404
-``unknown_request_id``. A request id credits each offered tool once: a replayed feedback is
-recorded, not learned again.
+The offers ledger (what each recent search offered, at most ``offers_per_tenant`` per tenant so one
+tenant never evicts another's, each at most ``offer_ttl_s`` old) is a SQLite file in the usage root
+(``<root>/offers.sqlite``, :class:`OfferLedger`), shared by every worker and every process on the
+folder: feedback may reach any worker. SQLite's ``secure_delete`` overwrites what is deleted, and a
+rollback journal (not a WAL) leaves no older copy beside it. A request id credits each offered tool
+once, atomically across workers: a replayed feedback is recorded, not learned again. A read-only
+service (a replica) keeps its ledger in memory and answers feedback with 405.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -222,6 +224,93 @@ class Offer:
     credited: set[ToolId] = field(default_factory=set, compare=False)   # tools this request id already taught
 
 
+class OfferLedger:
+    """Recent offers per tenant in one SQLite file, safe across threads, workers and processes.
+
+    Args:
+        path: the database file (created 0600), or None for an in-memory ledger (one process).
+        per_tenant: offers kept per tenant (the oldest go first).
+        ttl_s: offers older than this are never returned and are deleted as new ones arrive.
+    """
+
+    def __init__(self, path: Path | None, *, per_tenant: int = 2_000, ttl_s: float = 3600.0):
+        import sqlite3
+
+        self.path = path
+        self.per_tenant = per_tenant
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        if path is not None and not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        self._db = sqlite3.connect(str(path) if path is not None else ":memory:", timeout=30.0,
+                                   check_same_thread=False, isolation_level=None)
+        for pragma in ("journal_mode=DELETE", "secure_delete=ON", "synchronous=NORMAL", "busy_timeout=30000"):
+            self._db.execute(f"PRAGMA {pragma}")
+        self._db.execute("CREATE TABLE IF NOT EXISTS offers (tenant TEXT NOT NULL, request_id TEXT NOT NULL, "
+                         "request TEXT, need TEXT, tools TEXT NOT NULL, at REAL NOT NULL, credited TEXT NOT NULL "
+                         "DEFAULT '[]', PRIMARY KEY (tenant, request_id))")
+        self._db.execute("CREATE INDEX IF NOT EXISTS offers_age ON offers (tenant, at)")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def put(self, tenant: str, request_id: str, offer: "Offer") -> None:
+        tools = json.dumps([[t.server, t.tool] for t in offer.tools], ensure_ascii=False)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT OR REPLACE INTO offers VALUES (?, ?, ?, ?, ?, ?, '[]')",
+                                 (tenant, request_id, offer.request, offer.need, tools, offer.at))
+                self._db.execute("DELETE FROM offers WHERE tenant = ? AND (at < ? OR rowid IN (SELECT rowid FROM "
+                                 "offers WHERE tenant = ? ORDER BY at DESC LIMIT -1 OFFSET ?))",
+                                 (tenant, time.time() - self.ttl_s, tenant, self.per_tenant))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def get(self, tenant: str, request_id: str) -> "Offer | None":
+        with self._lock:
+            row = self._db.execute("SELECT request, need, tools, at, credited FROM offers WHERE tenant = ? AND "
+                                   "request_id = ?", (tenant, request_id)).fetchone()
+        if row is None or time.time() - row[3] > self.ttl_s:
+            return None
+        return Offer(row[0] or "", row[1], tuple(ToolId(*t) for t in json.loads(row[2])), row[3],
+                     {ToolId(*t) for t in json.loads(row[4])})
+
+    def credit(self, tenant: str, request_id: str, tool_id: ToolId) -> bool:
+        """Claim ``tool_id``'s credit for this request id: True the first time only (across every worker)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute("SELECT credited FROM offers WHERE tenant = ? AND request_id = ?",
+                                       (tenant, request_id)).fetchone()
+                done = {tuple(t) for t in json.loads(row[0])} if row is not None else set()
+                first = (tool_id.server, tool_id.tool) not in done
+                if first and row is not None:
+                    done.add((tool_id.server, tool_id.tool))
+                    self._db.execute("UPDATE offers SET credited = ? WHERE tenant = ? AND request_id = ?",
+                                     (json.dumps(sorted(done)), tenant, request_id))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return first
+
+    def forget(self, tenant: str, requests: set[str] | None = None) -> int:
+        """Delete a tenant's offers (those whose request is in ``requests``, compared with whitespace
+        folded; all with None); ``secure_delete`` overwrites the deleted text in the file."""
+        with self._lock:
+            if requests is None:
+                return self._db.execute("DELETE FROM offers WHERE tenant = ?", (tenant,)).rowcount
+            rows = self._db.execute("SELECT request_id, request FROM offers WHERE tenant = ?", (tenant,)).fetchall()
+            gone = [rid for rid, req in rows if " ".join((req or "").split())[:MAX_REQUEST_CHARS] in requests]
+            for rid in gone:
+                self._db.execute("DELETE FROM offers WHERE tenant = ? AND request_id = ?", (tenant, rid))
+            return len(gone)
+
+
 @dataclass(frozen=True)
 class FeedbackOutcome:
     learned: bool
@@ -234,7 +323,7 @@ class UsageBook:
 
     def __init__(self, root: str | Path | None = None, *, limit: int = DEFAULT_LIMIT, offers: int = 2_000,
                  offer_ttl_s: float = 3600.0, feedback_max_bytes: int = 8 * 1024 * 1024,
-                 feedback_keep_days: float | None = None):
+                 feedback_keep_days: float | None = None, read_only: bool = False):
         # Without a store, usage lives in a temporary folder removed when the book goes (at exit too):
         # nothing a user typed stays in /tmp after the service stops.
         self._tmp = tempfile.TemporaryDirectory(prefix="toolrank-usage-") if root is None else None
@@ -245,8 +334,15 @@ class UsageBook:
         self.feedback_max_bytes = feedback_max_bytes
         self.feedback_keep_days = feedback_keep_days
         self._tenants: dict[str, TenantUsage] = {}
-        self._offers: dict[str, OrderedDict[str, Offer]] = {}
         self._lock = threading.Lock()
+        self.read_only = read_only
+        ledger_path = None
+        if not read_only:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _private(self.root, 0o700)
+            ledger_path = self.root / "offers.sqlite"
+        # a replica keeps its offers in memory: it never writes into the store it serves
+        self.ledger = OfferLedger(ledger_path, per_tenant=offers, ttl_s=offer_ttl_s)
 
     def tenant(self, name: str) -> TenantUsage:
         with self._lock:
@@ -270,19 +366,13 @@ class UsageBook:
             return
         need = redact_secrets(need) if need else need
         offer = Offer(redact_secrets(request), need, tuple(ToolId(*t) for t in tools), time.time())
-        with self._lock:
-            mine = self._offers.setdefault(tenant, OrderedDict())
-            mine[request_id] = offer
-            mine.move_to_end(request_id)
-            while len(mine) > self.max_offers:
-                mine.popitem(last=False)
+        try:
+            self.ledger.put(tenant, request_id, offer)
+        except Exception:   # a full or broken disk must not fail the search; feedback on it will 404
+            log.warning("could not record the offer of request %s", request_id, exc_info=True)
 
     def offer(self, tenant: str, request_id: str) -> Offer | None:
-        with self._lock:
-            found = self._offers.get(tenant, {}).get(request_id)
-        if found is None or time.time() - found.at > self.offer_ttl_s:
-            return None
-        return found
+        return self.ledger.get(tenant, request_id)
 
     def feedback(self, tenant: str, offer: Offer, request_id: str, tool_id: tuple[str, str], success: bool, *,
                  learn: bool = True, error: str | None = None, vectorize: Any = None) -> FeedbackOutcome:
@@ -294,10 +384,15 @@ class UsageBook:
         """
         tid = ToolId(*tool_id)
         was_offered = tid in offer.tools
-        with self._lock:
-            replay = tid in offer.credited
-            if success and was_offered and learn and not replay:
-                offer.credited.add(tid)   # claimed before the write: two racing replays cannot both learn
+        if self.read_only:
+            from .index_store import ReadOnlyStoreError
+
+            raise ReadOnlyStoreError(f"{self.root}: feedback is not stored on a read-only service")
+        replay = tid in offer.credited
+        if success and was_offered and learn and not replay:
+            # claimed before the write, in the shared ledger: two racing replays cannot both learn
+            replay = not self.ledger.credit(tenant, request_id, tid)
+            offer.credited.add(tid)
         if not success:
             reason = "the call failed: recorded, not learned from"
         elif not was_offered:
@@ -331,8 +426,19 @@ class UsageBook:
             return 0
         usage = self.tenant(tenant)
         tid = ToolId(*tool_id) if tool_id is not None else None
-        _, n = usage.change(lambda cur: cur.remove(tool_id, request),
-                            after=lambda n: n and usage.forget(tid, {request} if request is not None else None))
+        gone: set[str] = set()
+
+        def drop(cur: LearnedExamples) -> tuple[LearnedExamples, int]:
+            targets = [tid] if tid is not None else list(cur)
+            gone.update(r for t in targets for r in cur.requests(t) if request is None or r == request)
+            return cur.remove(tool_id, request)
+
+        def forget(n: int) -> None:
+            if n:
+                usage.forget(tid, {request} if request is not None else None)
+                self.ledger.forget(tenant, None if tool_id is None and request is None else gone)
+
+        _, n = usage.change(drop, after=forget)
         return int(n)
 
 
@@ -534,7 +640,7 @@ class GatewayUsage:
             return
         with self._lock:
             self._n += 1
-            rid = f"find-{self._n}"
+            rid = f"find-{self._n}-{uuid.uuid4().hex[:12]}"   # unique across gateways sharing the folder
             self._recent = (self._recent + [(rid, Offer(request, need, tuple(t.tool_id for t in result.tools),
                                                         time.time()))])[-self._max:]
         self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools])

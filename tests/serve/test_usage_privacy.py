@@ -43,7 +43,8 @@ def _taught(book: UsageBook, tenant: str, rid: str, request: str, tool=("GitHub"
 
 
 def _all_text(folder: Path) -> str:
-    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in folder.rglob("*") if p.is_file())
+    """Every byte under ``folder`` (the offers database included), as text."""
+    return "\n".join(p.read_bytes().decode("utf-8", errors="replace") for p in folder.rglob("*") if p.is_file())
 
 
 def test_a_secret_in_a_request_never_reaches_the_disk(tmp_path):
@@ -78,7 +79,7 @@ def test_delete_leaves_no_copy_of_the_text_on_disk(tmp_path):
     _taught(book, "alice", "r1", secret_ish)
     _taught(book, "alice", "r2", "label the flaky ci issue as infra")
     _taught(book, "alice", "r3", "close the stale dependabot issues", tool=("GitHub", "list_issues"))
-    folder = tmp_path / "usage" / tenant_folder("alice")
+    folder = tmp_path / "usage"            # the tenant's folder and the shared offers ledger
     assert secret_ish in _all_text(folder)
     assert book.remove("alice", ("GitHub", "create_issue"), secret_ish) == 1
     text = _all_text(folder)
@@ -127,3 +128,44 @@ def test_a_book_without_a_store_leaves_nothing_behind():
 
     gc.collect()
     assert not root.exists()
+
+
+def _offer_many(root: str, n: int) -> None:
+    book = UsageBook(root)
+    for i in range(n):
+        book.offered("alice", f"r{i}", f"search number {i} for the issue tracker", None,
+                     [("GitHub", "create_issue"), ("GitHub", "list_issues")])
+
+
+def test_feedback_reaches_any_worker_and_credits_once(tmp_path):
+    """Two processes on one store, as two uvicorn workers: the searches answered by one, the feedback sent
+    to the other; none is lost, and a replay through the first worker does not learn again."""
+    import multiprocessing
+
+    root = str(tmp_path / "usage")
+    proc = multiprocessing.get_context("spawn").Process(target=_offer_many, args=(root, 100))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    worker_b, worker_a = UsageBook(root), UsageBook(root)
+    outcomes = []
+    for i in range(100):
+        offer = worker_b.offer("alice", f"r{i}")
+        assert offer is not None, f"feedback {i} lost"
+        outcomes.append(worker_b.feedback("alice", offer, f"r{i}", ("GitHub", "create_issue"), True).learned)
+    assert all(outcomes)
+    again = worker_a.feedback("alice", worker_a.offer("alice", "r7"), "r7", ("GitHub", "create_issue"), True)
+    assert not again.learned
+    assert worker_a.offer("bob", "r7") is None          # another tenant's request id is not yours
+
+
+def test_a_read_only_service_keeps_its_offers_in_memory_and_refuses_feedback(tmp_path):
+    from serve.index_store import ReadOnlyStoreError
+
+    root = tmp_path / "replica" / "usage"
+    book = UsageBook(root, read_only=True)
+    book.offered("alice", "r1", "list my issues", None, [("GitHub", "list_issues")])
+    assert book.offer("alice", "r1") is not None
+    assert not root.exists()                             # nothing written into the store it serves
+    with pytest.raises(ReadOnlyStoreError):
+        book.feedback("alice", book.offer("alice", "r1"), "r1", ("GitHub", "list_issues"), True)
