@@ -31,6 +31,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from retrieval.jsonl import read_jsonl  # noqa: E402
+
 GENERATED = ROOT / "benchmarks" / "data" / "generated_examples_test.jsonl"
 SHIPPED = ROOT / "retrieval" / "data" / "mcp_zero" / "examples.jsonl"
 CATALOG = ROOT / "retrieval" / "data" / "mcp_zero" / "mcp_tools_cleaned.json"
@@ -41,7 +45,7 @@ CONDITIONS = ("shipped", "generated", "none")
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [row for _, row in read_jsonl(path)]
 
 
 def merged_examples(dest: Path) -> int:

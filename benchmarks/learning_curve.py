@@ -18,6 +18,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from retrieval.jsonl import read_jsonl  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -33,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         if not curve.is_file():
             p.error(f"{curve}: no such file")
         text = curve.read_text(encoding="utf-8")
-        found = json.loads(text)["rows"] if curve.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
+        found = json.loads(text)["rows"] if curve.suffix == ".json" else [r for _, r in read_jsonl(curve)]
         seen = set()
         for r in found:   # a resumed run re-evaluates the step it resumed at: keep the first
             if r["step"] in seen:

@@ -61,11 +61,11 @@ class CachingEncoder:
         return np.stack([self._cache[t] for t in texts]) if texts else self.inner.encode([])
 
 
-def test_catalog() -> tuple[Catalog, list[dict]]:
+def test_catalog(split: str = "test") -> tuple[Catalog, list[dict]]:
     splits = json.loads((ROOT / "training" / "data" / "splits.json").read_text())["servers"]
     full = load_default_catalog(with_examples=True)
-    cat = Catalog([t for t in full if splits.get(t.server) == "test"], full.server_descriptions)
-    questions = [row for _, row in read_jsonl(ROOT / "training" / "data" / "questions.jsonl") if row["split"] == "test"]
+    cat = Catalog([t for t in full if splits.get(t.server) == split], full.server_descriptions)
+    questions = [row for _, row in read_jsonl(ROOT / "training" / "data" / "questions.jsonl") if row["split"] == split]
     questions = [q for q in questions if ToolId(q["server"], q["tool"]) in cat]
     return cat, questions
 
@@ -118,12 +118,17 @@ class Usage:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from retrieval.index.encoder import OnnxEncoder
 
+    import dataclasses
+
+    from retrieval.index.fusion import FusionConfig
+
     t0 = time.time()
-    cat, questions = test_catalog()
+    cat, questions = test_catalog(args.split)
     encoder = CachingEncoder(OnnxEncoder())
-    day_one = ToolIndex.build(cat.without_examples(), encoder=encoder, show_progress=True)
+    fusion = dataclasses.replace(FusionConfig(), **({} if args.w_learned is None else {"w_learned_bm25": args.w_learned}))
+    day_one = ToolIndex.build(cat.without_examples(), encoder=encoder, show_progress=True, fusion=fusion)
     shipped = ToolIndex.build(cat, encoder=encoder, show_progress=True)
-    print(f"test servers: {len(cat.servers)}, tools: {len(cat)}, questions: {len(questions)} "
+    print(f"{args.split} servers: {len(cat.servers)}, tools: {len(cat)}, questions: {len(questions)} "
           f"(indexes built in {time.time() - t0:.0f} s)", file=sys.stderr)
     rows: list[dict[str, Any]] = []
 
@@ -139,19 +144,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     pairs = [qs[:2] for qs in by_tool.values() if len(qs) >= 2]
     paired = [q for p in pairs for q in p]
     add("other question", 0, 0.0, ranks(day_one, paired, None))
-    for noise in args.noise:
+    for noise in ([] if args.quick else args.noise):
         r: list = []
         usage = Usage(day_one, args.offered, noise, args.seed)
         for fold in (0, 1):
             learned = usage.learn([(p[fold]["query"], ToolId(p[fold]["server"], p[fold]["tool"])) for p in pairs])
             r += ranks(day_one, [p[1 - fold] for p in pairs], learned)
         add("other question", 1, noise, r, dict(usage.stats))
-    add("shipped examples in the index", 0, 0.0, ranks(shipped, paired, None))
+    if not args.quick:
+        add("shipped examples in the index", 0, 0.0, ranks(shipped, paired, None))
 
     # 2. shipped example requests replayed as uses, every test question ranked
     used = list(dict.fromkeys(ToolId(q["server"], q["tool"]) for q in questions))
-    for noise in args.noise:
-        for u in USES:
+    for noise in ([0.0] if args.quick else args.noise):
+        for u in ((0, 5) if args.quick else USES):
             if u == 0:
                 if noise == 0:
                     add("shipped examples as requests", 0, 0.0, ranks(day_one, questions, None))
@@ -162,8 +168,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             add("shipped examples as requests", u, noise, ranks(day_one, questions, usage.learn(stream)),
                 dict(usage.stats))
     add("shipped examples in the index", 0, 0.0, ranks(shipped, questions, None))
-    return {"ranking": "retrieval only (hybrid: BM25 + dense, fused; no scorer)",
-            "offered": args.offered, "seed": args.seed, "servers": len(cat.servers), "tools": len(cat),
+    return {"ranking": "retrieval only (hybrid: BM25 + dense, fused; no scorer)", "split": args.split,
+            "w_learned_bm25": fusion.w_learned_bm25, "quick": args.quick, "offered": args.offered, "seed": args.seed, "servers": len(cat.servers), "tools": len(cat),
             "questions": len(questions), "paired_questions": len(paired), "seconds": round(time.time() - t0),
             "rows": rows}
 
@@ -215,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, nargs="+", default=[0.0, 0.1, 0.2],
                    help="shares of calls credited to a wrong offered tool (default 0 0.1 0.2)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--split", choices=("dev", "test"), default="test",
+                   help="servers and questions (choose settings on dev, report on test)")
+    p.add_argument("--w-learned", type=float, help="weight of the learned requests' lexical list (default: FusionConfig's)")
+    p.add_argument("--quick", action="store_true", help="only 0 and 5 clean uses of shipped examples, and the index")
     p.add_argument("--out", type=Path, default=RESULTS / "usage_examples.json")
     a = p.parse_args(argv)
     if not all(0.0 <= n < 1.0 for n in a.noise) or 0.0 not in a.noise:
@@ -222,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     report = run(a)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(report, indent=1))
-    png = plot(report, a.out.with_suffix(".png"))
+    png = plot(report, a.out.with_suffix(".png")) if not a.quick else a.out
     print(table(report))
     print(f"\nsaved {a.out} and {png}")
     return 0

@@ -196,12 +196,9 @@ def corpus_lists(names: Sequence[str], *, per_corpus: int = 500, negatives: int 
 
 def read_pools(path: Path) -> dict[str, list[tuple[str, str]]]:
     """``training.pools`` output: id -> the hybrid's ranked (server, tool) list."""
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out[row["id"]] = [tuple(c) for c in row["candidates"]]
-    return out
+    from retrieval.jsonl import read_jsonl
+
+    return {row["id"]: [tuple(c) for c in row["candidates"]] for _, row in read_jsonl(path)}
 
 
 class Records:
@@ -255,7 +252,9 @@ class DevSet:
 
 
 def load_dev(path: Path, n: int, seed: int, with_examples: bool, with_need: bool = False) -> DevSet:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from retrieval.jsonl import read_jsonl
+
+    rows = [row for _, row in read_jsonl(path)]
     random.Random(seed).shuffle(rows)
     return DevSet(path.stem, with_examples, rows[:n] if n else rows, with_need)
 

@@ -37,16 +37,18 @@ def read_needs(path: Path = OUT) -> dict[str, dict]:
 
 def merge(inputs: Path, outputs: Path, out: Path = OUT) -> dict[str, int]:
     """Join every writer's output to its input's voices; lines whose id is not in the input are refused."""
+    from retrieval.jsonl import split_lines
+
     voice: dict[str, str] = {}
     for tsv in sorted(inputs.glob("*.tsv")):
-        for line in tsv.read_text(encoding="utf-8").splitlines():
+        for line in split_lines(tsv.read_text(encoding="utf-8")):
             parts = line.split("\t")
             if len(parts) >= 3:
                 voice[parts[0]] = parts[1]
     rows: dict[str, dict] = {}
     stats = {"read": 0, "bad_json": 0, "unknown_id": 0, "empty": 0}
     for f in sorted(outputs.glob("*.jsonl")):
-        for line in f.read_text(encoding="utf-8").splitlines():
+        for line in split_lines(f.read_text(encoding="utf-8")):
             if not line.strip():
                 continue
             stats["read"] += 1
@@ -90,14 +92,13 @@ def leaks(request: str, need: str, tool: str) -> bool:
 def check(path: Path = OUT) -> dict[str, int]:
     needs = read_needs(path)
     counts = {"checked": 0, "need_leaks": 0, "need2_leaks": 0}
-    lines = (DATA / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    from retrieval.jsonl import read_jsonl
+
+    rows = [q for _, q in read_jsonl(DATA / "questions.jsonl")]
     teacher = DATA / "teacher" / "requests.jsonl"     # the teacher's requests: one target tool each
     if teacher.is_file():
-        lines += teacher.read_text(encoding="utf-8").splitlines()
-    for line in lines:
-        if not line.strip():
-            continue
-        q = json.loads(line)
+        rows += [q for _, q in read_jsonl(teacher)]
+    for q in rows:
         n = needs.get(q["id"])
         if not n:
             continue

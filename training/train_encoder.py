@@ -456,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     best_score = -1.0
     trained_before = 0.0   # a resumed run's budget and curve go on from its last measurement
     if a.resume and curve_path.exists():
-        prev = [json.loads(x) for x in curve_path.read_text().splitlines() if x.strip()]
+        from retrieval.jsonl import read_jsonl
+
+        prev = [r for _, r in read_jsonl(curve_path)]
         best_score = max((r.get("select", r["hybrid_mrr"]) for r in prev), default=-1.0)
         trained_before = 60 * prev[-1]["train_minutes"] if prev else 0.0
     elif curve_path.exists():
