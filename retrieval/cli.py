@@ -355,12 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("index", help="build an index from a catalog file, or from an MCP client configuration")
     src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--catalog", type=Path)
+    src.add_argument("--catalog", type=Path, help="a catalog file to index (JSON, JSONL, MCP-Zero or an MCP tools/list answer)")
     src.add_argument("--mcp-config", type=Path, metavar="FILE",
                      help="an MCP client configuration ({\"mcpServers\": ...}): start every server, list its tools, "
                           "and build or update their index (only changed tools are embedded again)")
-    s.add_argument("--examples", type=Path)
-    s.add_argument("--no-examples", action="store_true")
+    s.add_argument("--examples", type=Path, help="example requests JSONL ({server, tool, examples}) to index with the tools")
+    s.add_argument("--no-examples", action="store_true", help="index without example requests (day one)")
     s.add_argument("--out", type=Path, help="index folder to write (embedded backend; required with --catalog)")
     s.add_argument("--index", type=Path, metavar="DIR",
                    help="with --mcp-config: the index folder (default: one per configuration file, in the cache)")
@@ -389,12 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", type=Path, help="scorer model folder (default: the shipped one)")
     s.add_argument("--no-model", action="store_true", help="retrieval-only confidence")
     s.add_argument("--retrieval-only", action="store_true", help="print the fused top-k without scoring")
-    s.add_argument("--explain", action="store_true")
-    s.add_argument("--format", choices=["mcp", "openai", "anthropic"], default="mcp")
+    s.add_argument("--explain", action="store_true", help="attach each tool's explanation (BM25 and dense ranks, the scorer's logit, shortcuts)")
+    s.add_argument("--format", choices=["mcp", "openai", "anthropic"], default="mcp", help="definition format of the tools (default mcp)")
     s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates "
                                                  "(default: the shipped policy's, 10; 0 = all)")
-    s.add_argument("--threads", type=int, default=2)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--threads", type=int, default=2, help="CPU threads of the scorer (default 2)")
+    s.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     s.set_defaults(func=cmd_search)
 
     s = sub.add_parser("eval", help="measure retrieval and scoring on labelled queries")
@@ -403,13 +403,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--split", help="keep only this split's queries (train, dev, test)")
     s.add_argument("--use-need", action="store_true", help="add the need line to the request")
     s.add_argument("--org-size", type=int, help="search inside a random organisation of N servers per query")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="random seed of the organisation sampling (--org-size)")
     s.add_argument("--stages", default="bm25,dense,hybrid,scorer",
                    help="comma-separated, in order: bm25, dense, hybrid, logit (cross-encoder logit alone over the "
                         "hybrid 100), retrieval-confidence (the confidence model without the logit), scorer; "
                         "the last is compared with each earlier one, question by question")
-    s.add_argument("--model", type=Path)
-    s.add_argument("--no-model", action="store_true")
+    s.add_argument("--model", type=Path, help="a cross-encoder model folder to score with (default: the shipped one)")
+    s.add_argument("--no-model", action="store_true", help="retrieval stages only, no scorer")
     s.add_argument("--abstain", action="store_true", help="also measure abstention (AUROC, no_fit shares)")
     s.add_argument("--plot", type=Path, help="with --abstain: write the coverage-risk curve PNG here")
     s.add_argument("--nofit", type=Path, help="with --abstain: requests written to have no tool (JSONL; the same "
@@ -417,10 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokens", action="store_true", help="also report the mean token reduction")
     s.add_argument("--limit", type=int, help="only the first N queries")
     s.add_argument("--sample", type=int, help="a seeded random sample of N queries (e.g. 500 train questions)")
-    s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--threads", type=int, default=2, help="CPU threads of the scorer (default 2)")
     s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates "
                                                  "(default: the shipped policy's, 10; 0 = all)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=cmd_eval)
 
     s = sub.add_parser("servers", help="list the servers of an index")

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-only", action="store_true",
                    help="serve --index without ever writing to it (a read-only copy or replica); catalog changes "
                         "are refused")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)")
     p.add_argument("--app", default="serve.app:create_app", metavar="MODULE:FACTORY",
                    help="advanced: the app factory each worker calls (a custom pipeline, tests)")
     p.add_argument("--new-key", action="store_true",

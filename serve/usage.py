@@ -541,7 +541,7 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument("--request", help="only this learned request (exact text, as listed)")
             s.add_argument("--all", action="store_true", help="every learned example of the tenant")
         else:
-            s.add_argument("--json", action="store_true")
+            s.add_argument("--json", action="store_true", help="print as JSON")
     return p
 
 

@@ -201,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--model", type=Path, help="scorer model folder (ONNX); writes combiner.json into it")
     g.add_argument("--retrieval-only", action="store_true", help="fit the no-model confidence")
-    p.add_argument("--queries", type=Path, default=DATA / "questions.jsonl")
-    p.add_argument("--split", default="dev")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--queries", type=Path, default=DATA / "questions.jsonl", help="labelled questions JSONL (default: the shipped questions)")
+    p.add_argument("--split", default="dev", help="the split fitted on (default dev; never test)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of the scorer (default 2)")
     p.add_argument("--limit", type=int, help="only the first N questions (a smoke run)")
     p.add_argument("--modes", default="request,need,abstain",
                    help="lists the first stage is fitted on: request, need, abstain (comma-separated)")
