@@ -138,12 +138,6 @@ def load_nofit(path: str | Path, split: str | None = None) -> list[NoFitRequest]
     return out
 
 
-def _agent_loop(pipeline, request: str, need: str | None) -> tuple:
-    first = pipeline.search(request, None)
-    final = pipeline.search(request, need, previous=first) if first.decision == "search_again" and need else first
-    return first, final
-
-
 def nofit_report(pipeline, queries: list[Query], nofit: list[NoFitRequest], *, show_progress: bool = False) -> dict:
     """Answerable questions against requests written to have no tool, every server eligible.
 

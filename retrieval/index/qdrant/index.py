@@ -285,14 +285,6 @@ class QdrantToolIndex(ToolIndex):
             self._advance(head)
             return True
 
-    def at_head(self, version: int | None = None) -> "QdrantToolIndex":
-        """A new index object at the newest version (or at least ``version``); this one is not changed."""
-        with self._lock:
-            clone = type(self)(self.collection, self.encoder, self._state, head=self._head, owner=self.owner)
-        if version is None or clone.version < version:
-            clone.refresh()
-        return clone
-
     def tenant_view(self, tenant: str | None) -> "QdrantToolIndex":
         """The index as ``tenant`` sees it: the shared servers and its own (``None``: the shared ones only).
 
@@ -302,10 +294,6 @@ class QdrantToolIndex(ToolIndex):
             raise ValueError(f"tenant {tenant!r} must be a non-blank name (or None for the shared servers)")
         with self._lock:
             return type(self)(self.collection, self.encoder, self._state, head=self._head, owner=tenant)
-
-    def owned_servers(self) -> list[str]:
-        """The servers this view's tenant owns (none for the shared view)."""
-        return [s for (o, s) in self._state.servers if self.owner is not None and o == self.owner]
 
     def _advance(self, head: dict[str, Any]) -> None:
         state = load_state(self.collection, head, self._state if head.get("build") == self._head.get("build")
