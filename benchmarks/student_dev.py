@@ -3,8 +3,9 @@
 A distillation run picks its checkpoint on the first ``--skip`` questions of each dev pool (80 by
 default, ``training.distill --dev-questions``, shuffled with the same seed); this script ranks the
 *other* dev questions with each student's logit alone over the hybrid's first ``--depth`` candidates
-(the pools of ``training.pools``), with and without example requests in the record, and tests the
-first two students against each other (exact McNemar on rank 1, paired).
+(the pools of ``training.pools``), with and without example requests in the record, and with the
+agents' blind needs where ``training.pools --needs`` wrote those pools; and tests the first two
+students against each other (exact McNemar on rank 1, paired).
 
     python benchmarks/student_dev.py models/toolrank-reranker/weights runs/ce-dense2/best \
         [--pools runs/pools] [--depth 20] [--skip 80] [--json benchmarks/results/student_dev.json]
@@ -67,14 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     tools = Tools(a.smithery)
     result: dict = {"depth": a.depth, "skip": a.skip, "students": [str(s) for s in a.students], "sets": {}}
     print(f"logit alone over the hybrid's first {a.depth}; dev questions after the first {a.skip} of each pool")
-    print(f"{'set':<9} {'student':<40} {'n':>4} {'rank 1':>7} {'top 5':>6} {'MRR':>6}")
-    for tag, with_ex in (("dev_ex", True), ("dev_noex", False)):
-        dev = load_dev(a.pools / f"{tag}.jsonl", 0, 7, with_ex)   # the seed distill shuffles with
+    print(f"{'set':<13} {'student':<40} {'n':>4} {'rank 1':>7} {'top 5':>6} {'MRR':>6}")
+    # the *_need pools (training.pools --needs): day one, the agent's blind need in the record
+    sets = [("dev_ex", True, False), ("dev_noex", False, False), ("dev_noex_need", False, True),
+            ("dev_ex_need", True, True)]
+    for tag, with_ex, with_need in sets:
+        if not (a.pools / f"{tag}.jsonl").exists():
+            continue
+        dev = load_dev(a.pools / f"{tag}.jsonl", 0, 7, with_ex, with_need)   # the seed distill shuffles with
         dev.rows = dev.rows[a.skip:]
         per = {str(s): ranks(s, dev, a.depth, tools, a.threads) for s in a.students}
         entry = {name: summary(r) for name, r in per.items()}
         for name, m in entry.items():
-            print(f"{tag:<9} {name:<40} {m['n']:>4} {100 * m['top1']:>7.1f} {100 * m['top5']:>6.1f} {m['mrr']:>6.3f}")
+            print(f"{tag:<13} {name:<40} {m['n']:>4} {100 * m['top1']:>7.1f} {100 * m['top5']:>6.1f} {m['mrr']:>6.3f}")
         if len(a.students) >= 2:
             first, second = (per[str(s)] for s in a.students[:2])
             wins = sum(y == 1 and x != 1 for x, y in zip(first, second))
