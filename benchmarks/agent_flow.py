@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-fit-below", type=float)
     p.add_argument("--out", type=Path)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of the scorer (default 2)")
     p.add_argument("--plot-only", type=Path, help="redraw the reliability diagrams of an earlier run's JSON")
     a = p.parse_args(argv)
     if a.plot_only:
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     corpora = a.corpora.split(",") if a.corpora else corpora
     modes = a.modes.split(",")
     policy = Policy().with_overrides(proceed_threshold=a.proceed_threshold, no_fit_below=a.no_fit_below)
-    scorer = CachedScorer(Scorer.load(a.model, threads=2))
+    scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
     rng = random.Random(a.seed)
     rows: list[dict] = []
     t0 = time.time()

@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--needs", type=Path, default=ROOT / "training" / "data" / "needs_blind.jsonl")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "need_eval.json")
     p.add_argument("--limit", type=int, default=0, help="first N questions of each set (0: all)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of the scorer (default 2)")
     p.add_argument("--baseline", type=Path, help="a folder with 0.6.0's combiner.json and combiner-noex.json "
                    "(e.g. from git: git show c1428d1:models/toolrank-reranker/combiner.json); the same ONNX "
                    "model's logits are used. Default: this release's confidence models without the tail calibration")
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from scorer import Scorer
 
     needs = read_needs(a.needs)
-    scorer = CachedScorer(Scorer.load(a.model, threads=2))
+    scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
     policy = Policy()
     results: dict = {"package": package_version(), "model": str(a.model), "score_top": policy.score_top, "runs": {}}
     t0 = time.time()

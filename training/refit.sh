@@ -1,30 +1,56 @@
 #!/usr/bin/env bash
 # What every release refits and re-measures once its models are in place (release.sh after a new
-# cross-encoder, release_encoder.sh after a new dense encoder): the confidence models (with and
-# without example requests; real no-fit lists of the train split), the proceed threshold on dev,
-# and every test figure (benchmarks/ablation.py).
+# cross-encoder, release_encoder.sh after a new dense encoder), the 0.7.0 flow:
+#   1. the confidence models with the agents' blind needs (with and without example requests; dev
+#      questions + the train split's no-fit requests), side by side, one core each;
+#   2. the agent flow on the fit catalogs (MCP-Zero dev organisations + the training corpora) ->
+#      the tail calibration -> the decision zones (printed: change Policy's defaults by hand if they move);
+#   3. measured on what nothing was fitted on, side by side: the agent flow on the report catalogs
+#      (MCP-Zero test organisations + the held-out corpora) and every stage with and without a need
+#      (benchmarks/need_eval.py, paired against BASELINE's confidence models).
 #
 #   training/refit.sh models/toolrank-reranker
 #
-# SCORE_TOP (default 10): candidates the cross-encoder scores, as the shipped Policy does;
-# CAL_QUESTIONS (default 400): dev questions the confidence models are fitted on;
-# CAL_FEATURES_NOEX (default: all): --features of the day-one confidence model (training/calibrate.py);
-# RUNS: benchmarks/ablation.py runs (default: every test figure of docs/results.md).
+# SCORE_TOP (default 10); CAL_QUESTIONS (default 400); CAL_FEATURES_NOEX (default: 0.6.0's day-one set);
+# FLOW_N (default 100) / REPORT_N (default 150): answerable requests per catalog kind; BASELINE: a folder
+# with an earlier release's combiner*.json and config.json (default: none, the tail-less policy);
+# LOGS (default runs/refit-logs).
 set -euo pipefail
 out=$1
 export HF_HUB_OFFLINE=1
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 nofit="$here/data/nofit.jsonl"
+needs="$here/data/needs_blind.jsonl"
 top="${SCORE_TOP:-10}"
 limit="${CAL_QUESTIONS:-400}"
-runs="${RUNS:-test_ex,test_noex,independent_ex,independent_noex,test_nofit,test_abstain}"
-noex_features=()
-if [ -n "${CAL_FEATURES_NOEX:-}" ]; then noex_features=(--features "$CAL_FEATURES_NOEX"); fi
+noex_features="${CAL_FEATURES_NOEX:-logit,logit_gap,log_fused_rank,dense_score,fused_rel,named_other,mentions_server}"
 results="$root/benchmarks/results"
+logs="${LOGS:-$root/runs/refit-logs}"
+mkdir -p "$logs"
+lanes() {   # run the given commands side by side; fail if any fails (its log named)
+  local pids=() names=() i=0 rc=0
+  for cmd in "$@"; do
+    name="$(echo "$cmd" | awk '{print $1"_"$2"_"$3}' | tr -c 'A-Za-z0-9_\n' '_' | head -c 60)_$i"
+    bash -c "$cmd" > "$logs/$name.log" 2>&1 & pids+=($!); names+=("$name"); i=$((i + 1))
+  done
+  for j in "${!pids[@]}"; do
+    if ! wait "${pids[$j]}"; then echo "failed: ${names[$j]} (see $logs/${names[$j]}.log)" >&2; rc=1; fi
+  done
+  return $rc
+}
 
-python -m training.calibrate --model "$out" --limit "$limit" --score-top "$top" --modes request,need,abstain,nofit --nofit "$nofit"
-python -m training.calibrate --model "$out" --limit "$limit" --score-top "$top" --no-examples --modes request,need,abstain,nofit --nofit "$nofit" \
-    "${noex_features[@]}"
-python -m training.thresholds --model "$out" --nofit "$nofit" --limit "$limit" --json "$results/thresholds_dev.json"
-python "$root/benchmarks/ablation.py" --model "$out" --score-top "$top" --runs "$runs"
+lanes "python -m training.calibrate --model '$out' --limit $limit --score-top $top --threads 1 \
+         --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs'" \
+      "python -m training.calibrate --model '$out' --limit $limit --score-top $top --threads 1 --no-examples \
+         --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs' --features $noex_features"
+python "$root/benchmarks/agent_flow.py" --set fit --n "${FLOW_N:-100}" --always-second --model "$out" \
+    --out "$results/agent_flow_fit.json" > "$logs/agent_flow_fit.log" 2>&1
+python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibration.json"
+python -m training.thresholds --flow "$results/agent_flow_fit.json" --json "$results/zones_fit.json"
+baseline=()
+if [ -n "${BASELINE:-}" ]; then baseline=(--baseline "$BASELINE"); fi
+lanes "python '$root/benchmarks/agent_flow.py' --set report --n ${REPORT_N:-150} --model '$out' --threads 1 \
+         --out '$results/agent_flow_report.json'" \
+      "python '$root/benchmarks/need_eval.py' --model '$out' --threads 1 ${baseline[*]:-}"
+echo "refit done: $out (logs in $logs)"

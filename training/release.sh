@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Turn a distillation run into a shipped model folder, end to end:
 #   full-precision weights kept (safetensors, fp16) -> export (int8, 7-bit weights) ->
-#   int8-vs-fp32 gate on dev lists -> exact-integer check -> confidence models, proceed threshold and
-#   every test figure (training/refit.sh) -> frontier on dev (speed x quality).
+#   int8-vs-fp32 gate on dev lists -> exact-integer check -> confidence models with blind needs, the
+#   agent flow, tail calibration and zones, the held-out report and every figure with and without a
+#   need (training/refit.sh) -> frontier on dev (speed x quality; FRONTIER=0 skips it).
 #
 #   training/release.sh runs/ce-long/best models/toolrank-reranker [extra export flags]
 #
-# SCORE_TOP, CAL_QUESTIONS, CAL_FEATURES_NOEX, RUNS: see training/refit.sh.
+# SCORE_TOP, CAL_QUESTIONS, CAL_FEATURES_NOEX, FLOW_N, REPORT_N, BASELINE, LOGS: see training/refit.sh.
 # FRONTIER_QUESTIONS (default 100), FRONTIER_K (default 10,20,30,100), FRONTIER_LENGTHS (default: the
 # trained one and 96), FRONTIER_WORKERS (default 2,1): the speed x quality frontier on dev.
 set -euo pipefail
@@ -46,9 +47,10 @@ fp32=$(mktemp -d)/fp32
 python -m training.export "$src" "$fp32" --quantize none --name fp32-reference "$@"
 python -m training.int8 gate "$fp32" "$out" --out "$out/int8_gate.json"
 python -m training.int8 check "$out" > /dev/null
-# 4. Confidence models, the proceed threshold and every test figure.
+# 4. Confidence models, the agent flow, tail and zones, and every figure with and without a need.
 "$here/refit.sh" "$out"
-# 5. The frontier on dev (speed x quality). After the refit: a whole search calls the scorer only
-#    through a confidence model that reads its logit, and the export left the folder without one.
+# 5. The frontier on dev (speed x quality), unless FRONTIER=0.
+if [ "${FRONTIER:-1}" = "0" ]; then exit 0; fi
+#    After the refit: a whole search calls the scorer only through a confidence model that reads its logit, and the export left the folder without one.
 python "$root/benchmarks/scorer_frontier.py" --model "$out" --n "$frontier_n" --timing 30 "${frontier[@]}" --json "$results/frontier_dev.json" \
     | tee "$results/frontier_dev.txt"
