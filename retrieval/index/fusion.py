@@ -26,7 +26,7 @@ class FusionConfig:
     w_need_bm25: float = 0.5
     w_need_dense: float = 1.0
     need_joint: bool = True
-    w_learned_bm25: float = 2.0   # a tenant's learned requests as a lexical list (chosen on dev: benchmarks/usage_examples.py)
+    w_learned_bm25: float = 0.5   # a tenant's learned requests as a lexical list (chosen on dev: benchmarks/usage_examples.py)
 
     def __post_init__(self) -> None:
         if self.k < 0 or self.w_bm25 < 0 or self.w_dense < 0 or self.w_bm25 + self.w_dense == 0:
