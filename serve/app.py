@@ -180,6 +180,10 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
     app.add_middleware(RequestContext, metrics=metrics)  # outermost: sees every status, 413 included
     for router in ROUTERS:
         app.include_router(router)
+    if settings.ui:   # the operator console (docs/operations.md, "Console")
+        from .console import router as console
+
+        app.include_router(console)
     return app
 
 

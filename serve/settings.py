@@ -98,6 +98,8 @@ class Settings(BaseSettings):
                            "process with status 3 instead of staying up unready. `toolrank serve` sets it.")
     failure_file: Path | None = Field(
         None, description="Internal (set by `toolrank serve`): where a worker writes why start-up failed.")
+    ui: bool = Field(True, description="Serve the operator console at /ui (the same keys and tenant rules as the "
+                                       "API; nothing readable without a key). TOOLRANK_UI=0 turns it off.")
     write_examples_timeout_s: Seconds = Field(
         120.0, description="Bound on the example writing of one PUT /v1/servers/{name}?write_examples=true as a "
                            "whole; tools not written by then are indexed without examples (the answer says so).")

@@ -215,6 +215,10 @@ class TenantUsage:
                 for _, row in read_jsonl(path)]
 
 
+def _day(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
+
+
 @dataclass(frozen=True)
 class Offer:
     request: str
@@ -222,6 +226,8 @@ class Offer:
     tools: tuple[ToolId, ...]
     at: float
     credited: set[ToolId] = field(default_factory=set, compare=False)   # tools this request id already taught
+    decision: str | None = None                  # the search's decision
+    probabilities: tuple[float, ...] = ()        # the decision probability of each offered tool, in order
 
 
 class OfferLedger:
@@ -250,6 +256,14 @@ class OfferLedger:
                          "request TEXT, need TEXT, tools TEXT NOT NULL, at REAL NOT NULL, credited TEXT NOT NULL "
                          "DEFAULT '[]', PRIMARY KEY (tenant, request_id))")
         self._db.execute("CREATE INDEX IF NOT EXISTS offers_age ON offers (tenant, at)")
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(offers)")}
+        for column in ("decision TEXT", "probabilities TEXT"):   # added in 0.8.0: older files gain them
+            if column.split()[0] not in have:
+                self._db.execute(f"ALTER TABLE offers ADD COLUMN {column}")
+        # searches and successful calls per tenant, day and decision (real-use calibration, /v1/metrics/use)
+        self._db.execute("CREATE TABLE IF NOT EXISTS daily (tenant TEXT NOT NULL, day TEXT NOT NULL, decision TEXT "
+                         "NOT NULL, searches INTEGER NOT NULL DEFAULT 0, successes INTEGER NOT NULL DEFAULT 0, "
+                         "PRIMARY KEY (tenant, day, decision))")
 
     def close(self) -> None:
         with self._lock:
@@ -260,8 +274,14 @@ class OfferLedger:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("INSERT OR REPLACE INTO offers VALUES (?, ?, ?, ?, ?, ?, '[]')",
-                                 (tenant, request_id, offer.request, offer.need, tools, offer.at))
+                self._db.execute("INSERT OR REPLACE INTO offers (tenant, request_id, request, need, tools, at, "
+                                 "credited, decision, probabilities) VALUES (?, ?, ?, ?, ?, ?, '[]', ?, ?)",
+                                 (tenant, request_id, offer.request, offer.need, tools, offer.at, offer.decision,
+                                  json.dumps(list(offer.probabilities)) if offer.probabilities else None))
+                if offer.decision:
+                    self._db.execute("INSERT INTO daily (tenant, day, decision, searches) VALUES (?, ?, ?, 1) "
+                                     "ON CONFLICT (tenant, day, decision) DO UPDATE SET searches = searches + 1",
+                                     (tenant, _day(offer.at), offer.decision))
                 self._db.execute("DELETE FROM offers WHERE tenant = ? AND (at < ? OR rowid IN (SELECT rowid FROM "
                                  "offers WHERE tenant = ? ORDER BY at DESC LIMIT -1 OFFSET ?))",
                                  (tenant, time.time() - self.ttl_s, tenant, self.per_tenant))
@@ -272,12 +292,29 @@ class OfferLedger:
 
     def get(self, tenant: str, request_id: str) -> "Offer | None":
         with self._lock:
-            row = self._db.execute("SELECT request, need, tools, at, credited FROM offers WHERE tenant = ? AND "
-                                   "request_id = ?", (tenant, request_id)).fetchone()
+            row = self._db.execute("SELECT request, need, tools, at, credited, decision, probabilities FROM offers "
+                                   "WHERE tenant = ? AND request_id = ?", (tenant, request_id)).fetchone()
         if row is None or time.time() - row[3] > self.ttl_s:
             return None
         return Offer(row[0] or "", row[1], tuple(ToolId(*t) for t in json.loads(row[2])), row[3],
-                     {ToolId(*t) for t in json.loads(row[4])})
+                     {ToolId(*t) for t in json.loads(row[4])}, row[5], tuple(json.loads(row[6])) if row[6] else ())
+
+    def success(self, tenant: str, offer: "Offer") -> None:
+        """Count a successful call on the day and decision of the search that offered the tool."""
+        if not offer.decision:
+            return
+        with self._lock:
+            self._db.execute("INSERT INTO daily (tenant, day, decision, successes) VALUES (?, ?, ?, 1) "
+                             "ON CONFLICT (tenant, day, decision) DO UPDATE SET successes = successes + 1",
+                             (tenant, _day(offer.at), offer.decision))
+
+    def days(self, tenant: str, last: int = 30) -> list[dict[str, Any]]:
+        """Searches and successful calls per day and decision, the last ``last`` days with any."""
+        with self._lock:
+            rows = self._db.execute("SELECT day, decision, searches, successes FROM daily WHERE tenant = ? AND day IN "
+                                    "(SELECT DISTINCT day FROM daily WHERE tenant = ? ORDER BY day DESC LIMIT ?) "
+                                    "ORDER BY day, decision", (tenant, tenant, last)).fetchall()
+        return [{"day": d, "decision": k, "searches": n, "successes": ok} for d, k, n, ok in rows]
 
     def credit(self, tenant: str, request_id: str, tool_id: ToolId) -> bool:
         """Claim ``tool_id``'s credit for this request id: True the first time only (across every worker)."""
@@ -361,11 +398,15 @@ class UsageBook:
         return found if len(found) else None
 
     def offered(self, tenant: str, request_id: str | None, request: str, need: str | None,
-                tools: Sequence[tuple[str, str]]) -> None:
+                tools: Sequence[tuple[str, str]], *, decision: str | None = None,
+                probabilities: Sequence[float] | None = None) -> None:
+        """Remember what a search offered (its request, tools, decision and their probabilities)."""
         if not request_id:
             return
         need = redact_secrets(need) if need else need
-        offer = Offer(redact_secrets(request), need, tuple(ToolId(*t) for t in tools), time.time())
+        probs = tuple(round(float(p), 4) for p in probabilities) if probabilities is not None else ()
+        offer = Offer(redact_secrets(request), need, tuple(ToolId(*t) for t in tools), time.time(),
+                      decision=decision, probabilities=probs if len(probs) == len(tools) else ())
         try:
             self.ledger.put(tenant, request_id, offer)
         except Exception:   # a full or broken disk must not fail the search; feedback on it will 404
@@ -414,11 +455,62 @@ class UsageBook:
             current, _ = usage.change(learn_one)
         else:
             current = usage.learned()
+        if success and was_offered and not replay:
+            try:
+                self.ledger.success(tenant, offer)
+            except Exception:   # the counters must never fail a feedback
+                log.warning("could not count the success of request %s", request_id, exc_info=True)
+        offered_p = ([[t.server, t.tool, p] for t, p in zip(offer.tools, offer.probabilities)]
+                     if offer.probabilities else None)
         usage.record({"at": round(time.time(), 3), "request_id": request_id, "request": offer.request,
+                      "decision": offer.decision, "offered_probabilities": offered_p,
                       "server": tid.server, "tool": tid.tool, "outcome": "success" if success else "error",
                       "error": redact_secrets(error) if error else error, "offered": was_offered,
                       "learned": learned_now})
         return FeedbackOutcome(learned_now, reason, len(current.get(tid, ())))
+
+    def use_calibration(self, tenant: str, bins: int = 10) -> dict[str, Any]:
+        """How calibrated the offered probabilities were on the tenant's real traffic.
+
+        Every kept feedback event that reports a successful call to a tool the search offered is one
+        observation per offered tool: the probability it was offered with, and 1 for the tool that was
+        called, 0 for the others. (A failed call says nothing about which tool fitted; calls to tools
+        not offered are counted apart.) Returns the reliability bins, the ECE, and the daily decisions.
+        """
+        folder = self.root / tenant_folder(tenant)
+        events = self.tenant(tenant).events() if folder.exists() else []
+        seen: set[tuple[str, str, str]] = set()
+        points: list[tuple[float, int]] = []
+        not_offered = 0
+        for e in events:
+            if e.get("outcome") != "success":
+                continue
+            if not e.get("offered"):
+                not_offered += 1
+                continue
+            offered = e.get("offered_probabilities") or []
+            key = (str(e.get("request_id")), str(e.get("server")), str(e.get("tool")))
+            if not offered or key in seen:
+                continue
+            seen.add(key)
+            for server, tool, p in offered:
+                points.append((float(p), int(server == e.get("server") and tool == e.get("tool"))))
+        edges = [i / bins for i in range(bins + 1)]
+        table = []
+        for lo, hi in zip(edges, edges[1:]):
+            inside = [(p, y) for p, y in points if lo <= p < hi or (hi == 1.0 and p == 1.0)]
+            if inside:
+                table.append({"low": lo, "high": hi, "n": len(inside),
+                              "mean_probability": sum(p for p, _ in inside) / len(inside),
+                              "called": sum(y for _, y in inside) / len(inside)})
+        n = len(points)
+        ece = sum(b["n"] / n * abs(b["mean_probability"] - b["called"]) for b in table) if n else None
+        try:
+            days = self.ledger.days(tenant)
+        except Exception:   # a replica's memory ledger after a restart, or a locked file: no daily counts
+            days = []
+        return {"tenant": tenant, "observations": n, "searches_with_feedback": len(seen),
+                "calls_to_tools_not_offered": not_offered, "ece": ece, "bins": table, "days": days}
 
     def remove(self, tenant: str, tool_id: tuple[str, str] | None = None, request: str | None = None) -> int:
         """Forget learned examples (a tool's, one request of it, or all) everywhere they are kept on disk."""
@@ -515,6 +607,31 @@ class LearnedTool(BaseModel):
 class LearnedList(BaseModel):
     learning: bool = Field(description="Whether this tenant learns from use (tenants file: learn_from_use).")
     tools: list[LearnedTool] = Field(description="Tools with learned example requests.")
+
+
+class CalibrationBin(BaseModel):
+    low: float = Field(description="Lower edge of the probability bin.")
+    high: float = Field(description="Upper edge of the probability bin.")
+    n: int = Field(ge=0, description="Offered tools in the bin.")
+    mean_probability: float = Field(description="Mean probability they were offered with.")
+    called: float = Field(description="Share of them that was the tool called with success.")
+
+
+class DecisionDay(BaseModel):
+    day: str = Field(description="UTC day, YYYY-MM-DD.")
+    decision: str = Field(description="proceed, search_again, choose or no_fit.")
+    searches: int = Field(ge=0, description="Searches that ended with this decision.")
+    successes: int = Field(ge=0, description="Successful calls reported for those searches.")
+
+
+class UseCalibration(BaseModel):
+    tenant: str = Field(description="The tenant the figures are of.")
+    observations: int = Field(ge=0, description="(offered tool, probability) points from successful calls.")
+    searches_with_feedback: int = Field(ge=0, description="Searches with at least one successful call reported.")
+    calls_to_tools_not_offered: int = Field(ge=0, description="Successful calls to a tool the search had not offered.")
+    ece: float | None = Field(None, description="Expected calibration error over the bins (None without data).")
+    bins: list[CalibrationBin] = Field(description="Reliability bins of width 0.1 (empty ones left out).")
+    days: list[DecisionDay] = Field(description="Searches and successful calls per UTC day and decision.")
 
 
 class Removed(BaseModel):
@@ -643,7 +760,9 @@ class GatewayUsage:
             rid = f"find-{self._n}-{uuid.uuid4().hex[:12]}"   # unique across gateways sharing the folder
             self._recent = (self._recent + [(rid, Offer(request, need, tuple(t.tool_id for t in result.tools),
                                                         time.time()))])[-self._max:]
-        self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools])
+        self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools],
+                          decision=getattr(result, "decision", None),
+                          probabilities=[float(getattr(t, "probability", 0.0)) for t in result.tools])
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

@@ -12,7 +12,8 @@ from retrieval.index.learned import LearnedExamples, tenant_vector
 from ..deps import AppState, CallerTenant, ServedSnapshot
 from ..errors import ServiceError
 from .common import write_to_store
-from ..usage import FeedbackRequest, FeedbackResponse, LearnedExampleOut, LearnedList, LearnedTool, Removed
+from ..usage import (FeedbackRequest, FeedbackResponse, LearnedExampleOut, LearnedList, LearnedTool, Removed,
+                     UseCalibration)
 
 __all__ = ["router"]
 
@@ -52,6 +53,24 @@ async def list_examples(state: AppState, tenant: CallerTenant) -> LearnedList:
     tools = [LearnedTool(server=t.server, tool=t.tool, examples=[LearnedExampleOut(**e.to_dict()) for e in ex])
              for t, ex in sorted(learned.items()) if tenant.sees_tool(t)]
     return LearnedList(learning=_learning(tenant), tools=tools)
+
+
+@router.get("/v1/metrics/use", response_model=UseCalibration, tags=["learning"],
+            summary="How calibrated the answers were in real use: reliability and decisions from your feedback",
+            description="From the feedback on your searches: for each successful call to an offered tool, every "
+                        "tool that search offered with the probability it had (1 for the tool called, 0 for the "
+                        "others), binned; the expected calibration error; and searches and successful calls per "
+                        "day and decision. Admins may ask for another tenant with ?tenant=.")
+async def use_calibration(state: AppState, tenant: CallerTenant,
+                          of: str | None = Query(None, alias="tenant", max_length=200)) -> UseCalibration:
+    name = tenant.name
+    if of is not None and of != tenant.name:
+        if not tenant.admin:
+            raise ServiceError(403, "admin_required", "only an admin key may read another tenant's figures")
+        name = of
+    import anyio
+
+    return UseCalibration(**await anyio.to_thread.run_sync(state.usage.use_calibration, name))
 
 
 @router.delete("/v1/examples", response_model=Removed, tags=["learning"],

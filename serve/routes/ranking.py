@@ -59,7 +59,8 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
     result = _visible_result(result, tenant, snap)
     state.metrics.decisions.labels(result.decision).inc()
     request_id = getattr(request.state, "request_id", None)
-    state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools])
+    state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools],
+                        decision=result.decision, probabilities=[t.probability for t in result.tools])
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
     if body.legacy_decisions and response.decision == "choose":   # 0.6 clients know three decisions

@@ -174,3 +174,24 @@ def test_feedback_on_a_store_that_cannot_be_written_is_a_clear_4xx_or_507(monkey
             assert exc.status == status, (code, exc.status)
         else:
             raise AssertionError("no error")
+
+
+def test_real_use_calibration_comes_from_the_tenants_feedback(service):
+    from real_app import key
+
+    for i in range(3):
+        r = service.post("/v1/search", json={"request": "create an issue about the failing build"},
+                         headers={**key("acme"), "X-Request-ID": f"cal-{i}"})
+        assert r.status_code == 200, r.text
+        tools = r.json()["tools"]
+        f = service.post("/v1/feedback", json={"request_id": f"cal-{i}", "server": tools[0]["server"],
+                                              "tool": tools[0]["tool"], "outcome": "success"}, headers=key("acme"))
+        assert f.status_code == 200, f.text
+    got = service.get("/v1/metrics/use", headers=key("acme")).json()
+    assert got["searches_with_feedback"] == 3 and got["observations"] == 3 * len(tools)
+    assert sum(b["n"] for b in got["bins"]) == got["observations"] and 0 <= got["ece"] <= 1
+    assert sum(d["searches"] for d in got["days"]) >= 3 and sum(d["successes"] for d in got["days"]) == 3
+    other = service.get("/v1/metrics/use", headers=key("all")).json()
+    assert other["observations"] == 0                                   # another tenant sees only its own
+    assert service.get("/v1/metrics/use?tenant=acme", headers=key("all")).status_code == 403
+    assert service.get("/v1/metrics/use?tenant=acme", headers=key("ops")).json()["observations"] == got["observations"]
