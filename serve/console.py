@@ -69,9 +69,10 @@ def _env() -> Any:
     return _ENV
 
 
-def _page(name: str, request: Request, status: int = 200, **context: Any) -> HTMLResponse:
+def _page(name: str, request: Request, status: int = 200, headers: dict[str, str] | None = None,
+          **context: Any) -> HTMLResponse:
     html = _env().get_template(name).render(path=request.url.path, **context)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+    return HTMLResponse(html, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})})
 
 
 def _tenant(request: Request) -> Tenant | None:
@@ -184,7 +185,7 @@ async def search_run(request: Request, req: str = Form("", alias="request", max_
         if tool is not None:
             formats[(t.server, t.tool)] = {f: definition(tool, f) for f in ("mcp", "openai", "anthropic")}
     return _page("search.html", request, **_common(request, tenant), form=form, answer=answer, formats=formats,
-                 error=None, seconds=seconds)
+                 error=None, seconds=seconds, headers={"Server-Timing": f"search;dur={1000 * seconds:.1f}"})
 
 
 # ------------------------------------------------------------------ the tenant's catalog
