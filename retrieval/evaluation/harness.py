@@ -190,6 +190,7 @@ def evaluate(index: ToolIndex, queries: Iterable[Query], *, stages: Sequence[str
             ranks[stage].append(r)
             lenient[stage].append(_rank_of(ranked, q.lenient_targets))
             row[stage] = r
+            row[f"{stage}_lenient"] = lenient[stage][-1]
         if per_query is not None:
             per_query.append(row)
     styles = [q.style for q in queries]
