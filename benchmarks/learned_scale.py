@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     examples = {t.id: [LearnedExample(r, now - i, 1) for i, r in enumerate(learned_requests(t, a.per_tool))]
                 for t in tools}
     learned = LearnedExamples(examples, limit=a.per_tool, max_total=max(len(tools) * a.per_tool, 1))
-    for t in tqdm(tools, desc="tenant vectors", unit="tool"):
+    for t in tqdm(tools, desc="tenant vectors", unit="tool", disable=None):
         reqs = learned.requests(t.id)
         vecs = index.encoder.encode(tool_passages(t, with_examples=index.with_examples) + list(reqs))
         c = vecs.mean(0)

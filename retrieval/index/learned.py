@@ -50,7 +50,8 @@ __all__ = ["LearnedExample", "LearnedExamples", "retrieve_with_learned", "near_d
            "vector_key", "tenant_vector", "DEFAULT_LIMIT", "DEFAULT_MAX_TOTAL", "NEAR_DUPLICATE", "MAX_REQUEST_CHARS", "FORMAT"]
 
 DEFAULT_LIMIT = 20            # learned requests kept per tool (the most recent)
-DEFAULT_MAX_TOTAL = 10_000    # learned requests kept per tenant (the oldest go first)
+DEFAULT_MAX_TOTAL = 60_000    # learned requests kept per tenant (the oldest go first): 20 on each of ~3,000 tools
+RECOMPUTE_PER_SEARCH = 32     # tenant vectors a search may compute (the rest wait for later searches)
 NEAR_DUPLICATE = 0.8          # word-set Jaccard at or above which two requests are merged
 MAX_REQUEST_CHARS = 2000      # longer requests are cut (an example is a request, not a document)
 FORMAT = 1
@@ -113,7 +114,7 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             ToolId(*t): v for t, v in (vectors or {}).items() if ToolId(*t) in self._tools}
         self._lexicon: Any = None
         self._lexicon_lock = threading.Lock()
-        self._resolved: tuple[Any, dict[ToolId, np.ndarray]] | None = None   # (weakref to an index, vectors)
+        self._resolved: tuple[Any, dict[ToolId, np.ndarray], list[ToolId]] | None = None   # (index, vectors, to do)
 
     # Mapping
     def __getitem__(self, tool_id: tuple[str, str]) -> tuple[LearnedExample, ...]:
@@ -161,22 +162,39 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
     def vectors_stored(self) -> int:
         return len(self._vectors)
 
-    def vectors_for(self, index: Any) -> dict[ToolId, np.ndarray]:
-        """Every learned tool's tenant vector over ``index`` (stored ones where their key matches, the
-        others computed), worked out once per (version, index) pair: a search then only reads them."""
+    def vectors_for(self, index: Any, budget: int | None = None) -> dict[ToolId, np.ndarray]:
+        """The learned tools' tenant vectors over ``index``, resolved once per (version, index) pair: a
+        search then only reads them.
+
+        A stored vector made for this index and tool version is used as it is. One made for another
+        version (the tool's text changed, another encoder) stands in until it is recomputed, and a tool
+        without any is left to the index's own vector; at most ``budget`` of those are computed per call,
+        so the first search after a catalog change costs a bounded few embeddings, not one per tool.
+        """
         import weakref
 
         found = self._resolved
-        if found is not None and found[0]() is index:
-            return found[1]
-        out = {}
-        for tid, ex in self._tools.items():
-            if tid not in index.catalog:
-                continue
-            tool, requests = index.catalog[tid], tuple(e.request for e in ex)
-            stored = self.vector(tid, vector_key(index, tool, requests))
-            out[tid] = stored if stored is not None else learned_vector(index, tool, requests)
-        self._resolved = (weakref.ref(index), out)
+        if found is None or found[0]() is not index:
+            out: dict[ToolId, np.ndarray] = {}
+            pending: list[ToolId] = []
+            for tid, ex in self._tools.items():
+                if tid not in index.catalog:
+                    continue
+                tool, requests = index.catalog[tid], tuple(e.request for e in ex)
+                stored = self._vectors.get(tid)
+                if stored is not None and stored[0] == vector_key(index, tool, requests):
+                    out[tid] = stored[1]
+                    continue
+                if stored is not None:
+                    out[tid] = stored[1]      # stale: stands in until recomputed
+                pending.append(tid)
+            found = self._resolved = (weakref.ref(index), out, pending)
+        _, out, pending = found
+        budget = RECOMPUTE_PER_SEARCH if budget is None else budget
+        while pending and budget > 0:
+            tid = pending.pop()
+            out[tid] = learned_vector(index, index.catalog[tid], self.requests(tid))
+            budget -= 1
         return out
 
     # the tenant's lexical channel
@@ -229,7 +247,7 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
 
     # persistence
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "limit": self.limit, "tools": [
+        return {"format": FORMAT, "limit": self.limit, "max_total": self.max_total, "tools": [
             {"server": t.server, "tool": t.tool, "examples": [e.to_dict() for e in ex]}
             for t, ex in sorted(self._tools.items())]}
 
@@ -246,7 +264,8 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
                     raise ValueError(f"learned examples: {tid} appears twice")
                 tools[tid] = [LearnedExample(str(e["request"]), float(e["learned_at"]), int(e.get("uses", 1)))
                               for e in row["examples"]]
-            return cls(tools, limit=int(data.get("limit", DEFAULT_LIMIT)))
+            return cls(tools, limit=int(data.get("limit", DEFAULT_LIMIT)),
+                       max_total=int(data.get("max_total", DEFAULT_MAX_TOTAL)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"learned examples: malformed ({type(exc).__name__}: {exc})") from None
 
@@ -411,7 +430,7 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
         return sorted(scores.items(), key=lambda kv: -kv[1])[:depth]   # stable: ties keep the index's order
 
     every = learned.vectors_for(index) if learned is not None else {}
-    tenant_vectors = {tid: every[tid] for tid in relevant}
+    tenant_vectors = {tid: every[tid] for tid in relevant if tid in every}
     learned_lexical: list[ToolId] = []
     if index.fusion.w_learned_bm25 > 0 and learned is not None:
         lex, lex_tools = learned.lexicon()

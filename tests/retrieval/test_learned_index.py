@@ -117,3 +117,28 @@ def test_a_tenant_keeps_at_most_max_total_learned_requests_oldest_first():
     assert learned.total == 5
     kept = sorted(e.learned_at for t in learned for e in learned[t])
     assert kept == [3, 4, 5, 6, 7]
+
+
+def test_without_stored_vectors_a_search_computes_a_bounded_few(monkeypatch):
+    """After a catalog change (or an older store), tenant vectors are recomputed a few per search, never
+    all of them at once; the rest search with the stale stored vector or the index's own."""
+    encoder = CountingEncoder()
+    index = ToolIndex.build(tiny_catalog(), encoder=encoder)
+    monkeypatch.setattr(learned_mod, "RECOMPUTE_PER_SEARCH", 2)
+    learned = LearnedExamples()
+    tools = list(index.catalog)
+    for i, t in enumerate(tools):
+        learned = learned.add(t.id, f"learned words number {i}", at=i)
+    _clear()
+    encoder.seen.clear()
+    retrieve_with_learned(index, learned, "anything at all")
+    first = len(encoder.seen)
+    retrieve_with_learned(index, learned, "anything at all")
+    assert first <= 2 * 8 + 3          # two tools' passages and requests, and the query
+    assert len(learned._resolved[2]) == len(tools) - 4   # two per search so far
+
+
+def test_max_total_is_kept_with_the_examples(tmp_path):
+    learned = LearnedExamples(max_total=7).add(SHARDS, "a b c", at=1)
+    learned.save(tmp_path / "v")
+    assert LearnedExamples.load(tmp_path / "v").max_total == 7
