@@ -14,7 +14,7 @@
 # SCORE_TOP (default 10); CAL_QUESTIONS (default 400); CAL_FEATURES_NOEX (default: 0.6.0's day-one set);
 # FLOW_N (default 100) / REPORT_N (default 150): answerable requests per catalog kind; BASELINE: a folder
 # with an earlier release's combiner*.json and config.json (default: none, the tail-less policy);
-# LOGS (default runs/refit-logs).
+# LOGS (default runs/refit-logs); MEASURE=0 stops after the zones (step 3 left to the caller).
 set -euo pipefail
 out=$1
 export HF_HUB_OFFLINE=1
@@ -50,6 +50,7 @@ python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibrat
 python -m training.thresholds --flow "$results/agent_flow_fit.json" --json "$results/zones_fit.json"
 baseline=()
 if [ -n "${BASELINE:-}" ]; then baseline=(--baseline "$BASELINE"); fi
+if [ "${MEASURE:-1}" = "0" ]; then echo "refit done (MEASURE=0: the held-out report and need_eval left to the caller)"; exit 0; fi
 lanes "python '$root/benchmarks/agent_flow.py' --set report --n ${REPORT_N:-150} --model '$out' --threads 1 \
          --out '$results/agent_flow_report.json'" \
       "python '$root/benchmarks/need_eval.py' --model '$out' --threads 1 ${baseline[*]:-}"
