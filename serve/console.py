@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from .deps import state_of
+from .deps import snapshot_of, state_of
 from .errors import ServiceError
 from .tenants import DEV_TENANT, Tenant
 
@@ -97,6 +97,12 @@ def _as(request: Request, tenant: Tenant, name: str | None) -> Tenant:
     return found
 
 
+def _viewer(request: Request, as_tenant: str = "") -> tuple[Tenant, Tenant] | None:
+    """(the logged-in tenant, the tenant looked at: itself, or for an admin any tenant); None: log in first."""
+    tenant = _tenant(request)
+    return None if tenant is None else (tenant, _as(request, tenant, as_tenant))
+
+
 def _login_redirect() -> RedirectResponse:
     return RedirectResponse("/ui/login", status_code=303, headers=SECURITY_HEADERS)
 
@@ -154,16 +160,15 @@ async def search_form(request: Request) -> Response:
 async def search_run(request: Request, req: str = Form("", alias="request", max_length=4000),
                      need: str = Form("", max_length=1000), k: int = Form(5, ge=1, le=50),
                      as_tenant: str = Form("", max_length=200)) -> Response:
-    tenant = _tenant(request)
-    if tenant is None:
+    viewer = _viewer(request, as_tenant)
+    if viewer is None:
         return _login_redirect()
+    tenant, who = viewer
     state = state_of(request)
-    who = _as(request, tenant, as_tenant)
     form = {"request": req, "need": need, "k": k, "as_tenant": who.name}
     if not req.strip():
         return _page("search.html", request, status=422, **_common(request, tenant), form=form, answer=None,
                      error="Write a request.", seconds=None)
-    from .deps import snapshot_of
     from .routes.ranking import _search_response, _visible_result, tenant_policy
     from retrieval.pipeline.definitions import definition
 
@@ -201,13 +206,11 @@ def _visible_servers(snap: Any, who: Tenant) -> dict[str, int]:
 
 @router.get("/ui/catalog", response_class=HTMLResponse)
 async def catalog_page(request: Request, as_tenant: str = "") -> Response:
-    tenant = _tenant(request)
-    if tenant is None:
+    viewer = _viewer(request, as_tenant)
+    if viewer is None:
         return _login_redirect()
-    from .deps import snapshot_of
-
+    tenant, who = viewer
     state = state_of(request)
-    who = _as(request, tenant, as_tenant)
     snap = snapshot_of(state)
     learned = state.usage.learned(who.name)
     learned_by_server: dict[str, int] = {}
@@ -220,13 +223,11 @@ async def catalog_page(request: Request, as_tenant: str = "") -> Response:
 
 @router.get("/ui/catalog/{server}", response_class=HTMLResponse)
 async def server_page(request: Request, server: str, as_tenant: str = "") -> Response:
-    tenant = _tenant(request)
-    if tenant is None:
+    viewer = _viewer(request, as_tenant)
+    if viewer is None:
         return _login_redirect()
-    from .deps import snapshot_of
-
+    tenant, who = viewer
     state = state_of(request)
-    who = _as(request, tenant, as_tenant)
     snap = snapshot_of(state)
     tools = [t for t in snap.catalog if t.server == server and who.eligibility.allows(t.id)]
     if not tools:   # unknown and not yours read the same: nothing says whether it exists
@@ -242,13 +243,13 @@ async def server_page(request: Request, server: str, as_tenant: str = "") -> Res
 @router.post("/ui/examples/remove", response_class=HTMLResponse)
 async def remove_example(request: Request, server: str = Form(..., max_length=300), tool: str = Form(..., max_length=300),
                          example: str = Form(..., max_length=4000), as_tenant: str = Form("", max_length=200)) -> Response:
-    tenant = _tenant(request)
-    if tenant is None:
+    viewer = _viewer(request, as_tenant)
+    if viewer is None:
         return _login_redirect()
+    tenant, who = viewer
     from .routes.common import write_to_store
 
     state = state_of(request)
-    who = _as(request, tenant, as_tenant)
     if not who.eligibility.allows((server, tool)):
         return _page("missing.html", request, status=404, **_common(request, tenant),
                      what="No tool of that name in your catalog.")
@@ -274,13 +275,13 @@ def _reliability_svg(bins: list[dict[str, Any]], size: int = 260) -> dict[str, A
 
 @router.get("/ui/calibration", response_class=HTMLResponse)
 async def calibration_page(request: Request, as_tenant: str = "") -> Response:
-    tenant = _tenant(request)
-    if tenant is None:
+    viewer = _viewer(request, as_tenant)
+    if viewer is None:
         return _login_redirect()
+    tenant, who = viewer
     import anyio
 
     state = state_of(request)
-    who = _as(request, tenant, as_tenant)
     figures = await anyio.to_thread.run_sync(state.usage.use_calibration, who.name)
     return _page("calibration.html", request, **_common(request, tenant), who=who, figures=figures,
                  svg=_reliability_svg(figures["bins"]) if figures["bins"] else None)
