@@ -182,6 +182,12 @@ def test_recursion_is_seen_up_the_process_tree_when_the_environment_was_cleared(
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "toolrank", "mcp",
                                "--mcp-config", "mcp.json"], cwd=tmp_path)
     try:
+        import time
+
+        cmdline = Path(f"/proc/{parent.pid}/cmdline")
+        deadline = time.monotonic() + 10   # until the child has exec'd (under load the fork shows pytest's first)
+        while b"toolrank" not in cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert _ancestor_runs(str(cfg.resolve()), pid=parent.pid)
         assert not _ancestor_runs(str((tmp_path / "other.json").resolve()), pid=parent.pid)
     finally:
