@@ -209,16 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     stamp = {"set": a.set, "policy": {"proceed_threshold": policy.proceed_threshold, "no_fit_below": policy.no_fit_below,
                                       "score_top": policy.score_top},
              "package": package_version(), "seconds": round(time.time() - t0, 1), "n": a.n}
-    try:
-        import subprocess
-        stamp["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                         text=True).stdout.strip()
-    except OSError:
-        pass
+    from benchmarks.common import environment_stamp
+
+    environment = environment_stamp()
+    stamp["commit"] = environment["commit"]
     print(f"agent flow, {a.set} set, {stamp}\n")
     print(format_flow(rep))
     out = a.out or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
-    out.write_text(json.dumps({**stamp, "report": rep, "rows": rows}, indent=0))
+    out.write_text(json.dumps({**stamp, "environment": environment, "report": rep, "rows": rows}, indent=0))
     for mode in modes:
         png = plot_reliability(rows, out.with_name(f"{out.stem}_reliability_{mode}.png"), mode)
         if png:

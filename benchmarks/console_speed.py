@@ -25,6 +25,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment_stamp  # noqa: E402
+
 REQUESTS = ["where are the shards of logs-2024 sitting?", "open an issue about the failing nightly build",
             "send a message to the ops channel that the deploy is done", "what is the weather in Lisbon tomorrow",
             "list the pull requests waiting for my review"]
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                         timed(f"{who}: /ui/service", lambda: client.get("/ui/service"))
     p50 = {k: float(np.median(v)) for k, v in times.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    report = {"commit": commit, "toolrank": package_version(), "python": platform.python_version(),
+    report = {"environment": environment_stamp(), "commit": commit, "toolrank": package_version(), "python": platform.python_version(),
               "fastapi": fastapi.__version__, "jinja2": jinja2.__version__, "n": a.n,
               "p50_ms": {k: round(v, 1) for k, v in p50.items()},
               "p90_ms": {k: round(float(np.percentile(v, 90)), 1) for k, v in times.items()}}

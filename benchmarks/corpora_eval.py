@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment_stamp  # noqa: E402
+
 STAGES = ("bm25", "dense", "hybrid", "logit", "scorer")
 
 
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     encoder = OnnxEncoder()
     policy = Policy()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out: dict = {"commit": commit, "package": package_version(), "model": str(a.model),
+    out: dict = {"environment": environment_stamp(), "commit": commit, "package": package_version(), "model": str(a.model),
                  "model_version": json.loads((a.model / "config.json").read_text()).get("version"),
                  "onnxruntime": onnxruntime.__version__, "python": platform.python_version(), "n": a.n,
                  "score_top": policy.score_top, "runs": {}}

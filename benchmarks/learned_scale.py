@@ -34,6 +34,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment_stamp  # noqa: E402
+
 CONTEXTS = ["for the berlin office", "before friday's review", "as the on-call engineer", "for our biggest customer",
             "quickly please", "for the quarterly audit", "from my phone", "for the new intern", "after the outage",
             "in the staging setup", "for the marketing team", "while travelling", "for the board deck",
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     p50 = {k: float(np.median(v)) for k, v in times.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     report = {
-        "commit": commit, "toolrank": package_version(), "python": platform.python_version(),
+        "environment": environment_stamp(), "commit": commit, "toolrank": package_version(), "python": platform.python_version(),
         "onnxruntime": onnxruntime.__version__, "numpy": np.__version__, "threads": a.threads,
         "tools_taught": len(tools), "per_tool": a.per_tool, "learned_requests": learned.total,
         "store_mb": round(size_mb, 1), "setup_seconds": round(setup_s, 1),

@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment_stamp  # noqa: E402
+
 from retrieval.evaluation.harness import STAGES, evaluate, load_queries, pipeline_rerankers  # noqa: E402
 from retrieval.evaluation.paired import paired_top1  # noqa: E402
 from training.needs import read_needs  # noqa: E402
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     needs = read_needs(a.needs)
     scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
     policy = Policy()
-    results: dict = {"package": package_version(), "model": str(a.model), "score_top": policy.score_top, "runs": {}}
+    results: dict = {"environment": environment_stamp(), "package": package_version(), "model": str(a.model), "score_top": policy.score_top, "runs": {}}
     t0 = time.time()
     for examples in (False, True):
         index = load_or_build_default(with_examples=examples, show_progress=True)

@@ -24,6 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment_stamp  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             f(q)
             times[name].append(1e3 * (time.perf_counter() - t))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    stamp = {"commit": commit, "package": package_version(), "onnxruntime": onnxruntime.__version__,
+    stamp = {"environment": environment_stamp(), "commit": commit, "package": package_version(), "onnxruntime": onnxruntime.__version__,
              "python": platform.python_version(), "machine": platform.processor() or platform.machine(),
              "threads": a.threads, "n": len(qs)}
     base = float(np.median(times["0.6.0 default (no need)"]))

@@ -21,6 +21,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import environment_stamp  # noqa: E402
+
 
 def ranks(folder: Path, dev, depth: int, tools, threads: int) -> list[int]:
     """The right tool's rank (1-based; 0 when retrieval missed it) for every dev question."""
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.distill import Tools, load_dev
 
     tools = Tools(a.smithery)
-    result: dict = {"depth": a.depth, "skip": a.skip, "students": [str(s) for s in a.students], "sets": {}}
+    result: dict = {"environment": environment_stamp(), "depth": a.depth, "skip": a.skip, "students": [str(s) for s in a.students], "sets": {}}
     print(f"logit alone over the hybrid's first {a.depth}; dev questions after the first {a.skip} of each pool")
     print(f"{'set':<13} {'student':<40} {'n':>4} {'rank 1':>7} {'top 5':>6} {'MRR':>6}")
     # the *_need pools (training.pools --needs): day one, the agent's blind need in the record

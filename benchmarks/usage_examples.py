@@ -35,6 +35,8 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import environment_stamp  # noqa: E402
+
 from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.catalog.model import Catalog, ToolId  # noqa: E402
 from retrieval.index.embedded import ToolIndex  # noqa: E402
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             add("shipped examples as requests", u, noise, ranks(day_one, questions, usage.learn(stream)),
                 dict(usage.stats))
     add("shipped examples in the index", 0, 0.0, ranks(shipped, questions, None))
-    return {"ranking": "retrieval only (hybrid: BM25 + dense, fused; no scorer)", "split": args.split,
+    return {"environment": environment_stamp(), "ranking": "retrieval only (hybrid: BM25 + dense, fused; no scorer)", "split": args.split,
             "w_learned_bm25": fusion.w_learned_bm25, "quick": args.quick, "offered": args.offered, "seed": args.seed, "servers": len(cat.servers), "tools": len(cat),
             "questions": len(questions), "paired_questions": len(paired), "seconds": round(time.time() - t0),
             "rows": rows}
