@@ -17,7 +17,8 @@ __all__ = ["RetrievalSettings"]
 
 class RetrievalSettings(BaseSettings):
     """``TOOLRANK_BACKEND``, ``TOOLRANK_QDRANT_URL``, ``TOOLRANK_QDRANT_API_KEY``, ``TOOLRANK_QDRANT_PATH``,
-    ``TOOLRANK_COLLECTION`` and ``TOOLRANK_CACHE``; read when constructed, never at import time."""
+    ``TOOLRANK_COLLECTION``, ``TOOLRANK_CACHE`` and ``TOOLRANK_PUBLIC_CORPORA``; read when constructed, never at
+    import time."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
 
@@ -27,6 +28,7 @@ class RetrievalSettings(BaseSettings):
     qdrant_path: str | None = None
     collection: str = "toolrank"
     cache: Path | None = None
+    public_corpora: Path | None = None   # other writers' corpora (retrieval.evaluation.corpora)
 
     def cache_dir(self) -> Path:
         """``TOOLRANK_CACHE``, else ``~/.cache/toolrank``."""

@@ -69,11 +69,11 @@ class Corpus:
 
 def corpora_root() -> Path:
     """``shared/data/public`` beside the checkout (or ``$TOOLRANK_PUBLIC_CORPORA``)."""
-    import os
+    from retrieval.settings import RetrievalSettings
 
-    env = os.environ.get("TOOLRANK_PUBLIC_CORPORA")
-    if env:
-        return Path(env)
+    configured = RetrievalSettings().public_corpora
+    if configured:
+        return Path(configured)
     here = Path(__file__).resolve()
     for up in here.parents:
         cand = up.parent / "shared" / "data" / "public"
