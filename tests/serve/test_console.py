@@ -112,3 +112,28 @@ def test_calibration_and_service_pages(ui):
     as_acme = ui.get("/ui/calibration?as_tenant=acme").text       # an admin may look as a tenant
     assert 'id="reliability"' in as_acme
     assert 'id="no-data"' in ui.get("/ui/calibration").text       # ops itself gave no feedback
+
+
+def test_hostile_input_to_every_console_route_is_never_a_5xx(ui):
+    """The console's forms and paths under generated input (the API routes are fuzzed from the OpenAPI
+    schema in test_fuzz_api.py; the console's are not in it)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    login(ui, "ops")
+    text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(request=text, need=text, k=st.one_of(st.integers(-5, 80).map(str), text), as_tenant=text,
+           server=text.filter(lambda s: "/" not in s and s not in ("", ".", "..")), example=text)
+    def run(request, need, k, as_tenant, server, example):
+        from urllib.parse import quote
+
+        for r in (ui.post("/ui/search", data={"request": request, "need": need, "k": k, "as_tenant": as_tenant}),
+                  ui.get(f"/ui/catalog/{quote(server, safe='')}", params={"as_tenant": as_tenant}),
+                  ui.get("/ui/calibration", params={"as_tenant": as_tenant}),
+                  ui.post("/ui/examples/remove", data={"server": server, "tool": server, "example": example,
+                                                       "as_tenant": as_tenant}),
+                  ui.post("/ui/login", data={"key": request})):
+            assert r.status_code < 500, (r.status_code, r.text[:300])
+    run()
