@@ -58,6 +58,7 @@ FORMAT = 1
 FILE = "learned.json"
 VECTORS = "vectors.npy"        # one row per stored tenant vector, in the order of VECTOR_KEYS
 VECTOR_KEYS = "vectors.json"
+LEXICON = "lexicon"            # the tenant's BM25 over its learned requests, built when the version is written
 _WORDS = re.compile(r"\w+", re.UNICODE)
 
 
@@ -205,7 +206,11 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
                 from .bm25 import BM25Index
 
                 tools = sorted(self._tools)
-                self._lexicon = (BM25Index.build([" ".join(e.request for e in self._tools[t]) for t in tools]), tools)
+                try:
+                    built = BM25Index.build([" ".join(e.request for e in self._tools[t]) for t in tools])
+                except ValueError:   # nothing to index (every learned word a stop word): no lexical list
+                    built, tools = BM25Index.build([]), []
+                self._lexicon = (built, tools)
             return self._lexicon
 
     # changes
@@ -293,6 +298,11 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
                     np.save(fh, np.stack([self._vectors[t][1] for t in tools]).astype(np.float32))
                     fh.flush()
                     os.fsync(fh.fileno())
+            lexicon, tools = self.lexicon()
+            if tools:   # built here, once per version, so a search after a restart only reads it
+                lexicon.save(tmp / LEXICON)
+                for path in [tmp / LEXICON, *(tmp / LEXICON).rglob("*")]:   # what users typed: private
+                    os.chmod(path, 0o700 if path.is_dir() else 0o600)
         return directory
 
     @classmethod
@@ -314,6 +324,14 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
                                       for i, k in enumerate(keys) if ToolId(k["server"], k["tool"]) in found._tools}
             except (ValueError, KeyError, TypeError, OSError):
                 pass
+        lexicon = Path(directory) / LEXICON
+        if lexicon.is_dir() and found._tools:
+            try:   # a cache too: an unreadable or mismatched one is built again on first use
+                from .bm25 import BM25Index
+
+                found._lexicon = (BM25Index.load(lexicon, len(found._tools)), sorted(found._tools))
+            except Exception:  # noqa: BLE001 - bm25s raises several kinds on a damaged folder
+                found._lexicon = None
         return found
 
 

@@ -142,3 +142,27 @@ def test_max_total_is_kept_with_the_examples(tmp_path):
     learned = LearnedExamples(max_total=7).add(SHARDS, "a b c", at=1)
     learned.save(tmp_path / "v")
     assert LearnedExamples.load(tmp_path / "v").max_total == 7
+
+
+def test_the_lexical_index_is_written_with_the_version_and_read_back(tmp_path):
+    import shutil
+
+    learned = LearnedExamples().add(SHARDS, "zorblax shard report", at=1).add(ISSUE, "file a flurgen bug", at=2)
+    learned.save(tmp_path / "v1")
+    back = LearnedExamples.load(tmp_path / "v1")
+    assert back._lexicon is not None                       # read, not built on the first search
+    rows, scores = back.lexicon()[0].search("zorblax report", 2)
+    assert back.lexicon()[1][int(rows[0])] == SHARDS
+    for child in (tmp_path / "v1" / "lexicon").iterdir():  # damaged: built again on first use
+        child.write_bytes(b"\x00garbage")
+    again = LearnedExamples.load(tmp_path / "v1")
+    assert again.lexicon()[1][int(again.lexicon()[0].search("zorblax report", 2)[0][0])] == SHARDS
+    shutil.rmtree(tmp_path / "v1" / "lexicon")
+    assert LearnedExamples.load(tmp_path / "v1") == learned
+
+
+def test_learned_requests_of_stop_words_only_give_no_lexical_list():
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    learned = LearnedExamples().add(SHARDS, "a the of", at=1)
+    assert learned.lexicon()[1] == []
+    assert retrieve_with_learned(index, learned, "what is the shard status")   # no crash, hits as usual
