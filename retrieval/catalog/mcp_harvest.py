@@ -727,7 +727,11 @@ async def open_session(spec: ServerSpec, *, timeout_s: float = DEFAULT_TIMEOUT_S
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=env, cwd=spec.cwd)
             # never this process's raw stderr: a server that prints its configuration back would show its
             # env values in our log; each line passes through MaskedStderr instead
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog or MaskedStderr(spec).file))
+            if errlog is None:   # one for this session: closed with it, so its pipe and thread end too
+                masked = MaskedStderr(spec)
+                stack.callback(masked.close)
+                errlog = masked.file
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
         else:
             read, write = await stack.enter_async_context(_http_streams(spec, timeout_s))
         stray = StrayLines(spec)
@@ -862,19 +866,31 @@ class MaskedStderr:
         read_fd, write_fd = os.pipe()
         self.file = os.fdopen(write_fd, "w", buffering=1, encoding="utf-8", errors="replace")
         self._reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
-        threading.Thread(target=self._pump, name=f"stderr-{spec.name}", daemon=True).start()
+        self.thread = threading.Thread(target=self._pump, name=f"stderr-{spec.name}", daemon=True)
+        self.thread.start()
 
     def _pump(self) -> None:
-        for line in self._reader:
-            out = self.sink or sys.stderr
-            try:
-                out.write(redact(hide_values(line, self.spec)))
-                out.flush()
-            except (OSError, ValueError):
-                return
+        try:
+            for line in self._reader:
+                out = self.sink or sys.stderr
+                try:
+                    out.write(redact(hide_values(line, self.spec)))
+                    out.flush()
+                except (OSError, ValueError):
+                    return
+        finally:
+            self._reader.close()
 
     def fileno(self) -> int:
         return self.file.fileno()
+
+    def close(self) -> None:
+        """Close this end of the pipe: once the server's copy is closed too, the thread reads to the end and
+        stops, and both file descriptors are released."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
 
 
 def hide_values(text: str, spec: ServerSpec) -> str:

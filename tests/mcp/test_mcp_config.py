@@ -203,3 +203,18 @@ def test_a_failing_servers_stderr_never_shows_its_env_values():
     why = describe_error(RuntimeError("boom"), spec, 10.0,
                          stderr_tail="connecting with password hunter2-very-secret failed (mode ro)")
     assert "hunter2-very-secret" not in why and "***" in why
+
+
+def test_a_masked_stderr_ends_its_thread_and_pipe_when_closed():
+    import io
+
+    from retrieval.catalog.mcp_harvest import MaskedStderr, ServerSpec
+
+    sink = io.StringIO()
+    spec = ServerSpec(name="s", command="x", env={"API_KEY": "supersecretvalue"})
+    masked = MaskedStderr(spec, sink=sink)
+    masked.file.write("token is supersecretvalue\n")
+    masked.close()
+    masked.thread.join(5)
+    assert not masked.thread.is_alive() and masked._reader.closed
+    assert "supersecretvalue" not in sink.getvalue() and "token is" in sink.getvalue()
