@@ -11,6 +11,7 @@ carries a strict Content-Security-Policy. Off with ``TOOLRANK_UI=0``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -186,7 +187,7 @@ async def search_run(request: Request, req: str = Form("", alias="request", max_
     catalog = snap.catalog
     formats = {}
     for t in answer.tools:
-        tool = catalog[(t.server, t.tool)] if (t.server, t.tool) in catalog else None
+        tool = catalog.get((t.server, t.tool))
         if tool is not None:
             formats[(t.server, t.tool)] = {f: definition(tool, f) for f in ("mcp", "openai", "anthropic")}
     return _page("search.html", request, **_common(request, tenant), form=form, answer=answer, formats=formats,
@@ -312,15 +313,12 @@ async def service_page(request: Request) -> Response:
         "queue": {"running": getattr(state.admission, "running", None), "waiting": getattr(state.admission, "waiting", None)},
         "tenants": len(state.tenants) if state.tenants is not None else 0,
     }
-    return _page("service.html", request, **_common(request, tenant), info=info,
-                 errors=list(getattr(state, "recent_errors", [])))
+    return _page("service.html", request, **_common(request, tenant), info=info)
 
 
-def enabled(settings: Any) -> bool:
-    return bool(getattr(settings, "ui", True))
-
-
+@functools.cache
 def static_css() -> bytes:
+    """The stylesheet, read once (it ships in the wheel and never changes under a running service)."""
     return (HERE / "static" / "console.css").read_bytes()
 
 

@@ -53,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from retrieval.catalog.model import ToolId
-from retrieval.index.learned import DEFAULT_LIMIT, MAX_REQUEST_CHARS, LearnedExamples
+from retrieval.index.learned import DEFAULT_LIMIT, LearnedExamples, fold_request
 from retrieval.jsonl import dumps_line, read_jsonl
 from retrieval.redaction import redact_secrets
 
@@ -198,9 +198,7 @@ class TenantUsage:
         def matches(r: dict[str, Any]) -> bool:
             if tool_id is not None and (r.get("server"), r.get("tool")) != (tool_id.server, tool_id.tool):
                 return False
-            # a learned example is the request with its whitespace folded and cut (LearnedExamples.add)
-            text = " ".join(str(r.get("request") or "").split())[:MAX_REQUEST_CHARS]
-            return requests is None or text in requests
+            return requests is None or fold_request(str(r.get("request") or "")) in requests
 
         for path in (self.feedback_path, self.rotated_path):
             if not path.exists():
@@ -342,7 +340,7 @@ class OfferLedger:
             if requests is None:
                 return self._db.execute("DELETE FROM offers WHERE tenant = ?", (tenant,)).rowcount
             rows = self._db.execute("SELECT request_id, request FROM offers WHERE tenant = ?", (tenant,)).fetchall()
-            gone = [rid for rid, req in rows if " ".join((req or "").split())[:MAX_REQUEST_CHARS] in requests]
+            gone = [rid for rid, req in rows if fold_request(req or "") in requests]
             for rid in gone:
                 self._db.execute("DELETE FROM offers WHERE tenant = ? AND request_id = ?", (tenant, rid))
             return len(gone)
@@ -356,7 +354,7 @@ class FeedbackOutcome:
 
 
 class UsageBook:
-    """Every tenant's usage under one root, and the in-memory ledger of recent offers."""
+    """Every tenant's usage under one root, and the ledger of recent offers (:class:`OfferLedger`)."""
 
     def __init__(self, root: str | Path | None = None, *, limit: int = DEFAULT_LIMIT, offers: int = 2_000,
                  offer_ttl_s: float = 3600.0, feedback_max_bytes: int = 8 * 1024 * 1024,
@@ -366,7 +364,6 @@ class UsageBook:
         self._tmp = tempfile.TemporaryDirectory(prefix="toolrank-usage-") if root is None else None
         self.root = Path(root) if root is not None else Path(self._tmp.name)
         self.limit = limit
-        self.max_offers = offers          # per tenant
         self.offer_ttl_s = offer_ttl_s
         self.feedback_max_bytes = feedback_max_bytes
         self.feedback_keep_days = feedback_keep_days
@@ -399,10 +396,11 @@ class UsageBook:
 
     def offered(self, tenant: str, request_id: str | None, request: str, need: str | None,
                 tools: Sequence[tuple[str, str]], *, decision: str | None = None,
-                probabilities: Sequence[float] | None = None) -> None:
-        """Remember what a search offered (its request, tools, decision and their probabilities)."""
+                probabilities: Sequence[float] | None = None) -> Offer | None:
+        """Remember what a search offered (its request with secrets masked, tools, decision and their
+        probabilities); returns that offer (None without a request id)."""
         if not request_id:
-            return
+            return None
         need = redact_secrets(need) if need else need
         probs = tuple(round(float(p), 4) for p in probabilities) if probabilities is not None else ()
         offer = Offer(redact_secrets(request), need, tuple(ToolId(*t) for t in tools), time.time(),
@@ -411,6 +409,7 @@ class UsageBook:
             self.ledger.put(tenant, request_id, offer)
         except Exception:   # a full or broken disk must not fail the search; feedback on it will 404
             log.warning("could not record the offer of request %s", request_id, exc_info=True)
+        return offer
 
     def offer(self, tenant: str, request_id: str) -> Offer | None:
         return self.ledger.get(tenant, request_id)
@@ -758,11 +757,12 @@ class GatewayUsage:
         with self._lock:
             self._n += 1
             rid = f"find-{self._n}-{uuid.uuid4().hex[:12]}"   # unique across gateways sharing the folder
-            self._recent = (self._recent + [(rid, Offer(request, need, tuple(t.tool_id for t in result.tools),
-                                                        time.time()))])[-self._max:]
-        self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools],
-                          decision=getattr(result, "decision", None),
-                          probabilities=[float(getattr(t, "probability", 0.0)) for t in result.tools])
+        # the book's offer (secrets masked, decision and probabilities kept) is the one learned from
+        offer = self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools],
+                                  decision=getattr(result, "decision", None),
+                                  probabilities=[float(getattr(t, "probability", 0.0)) for t in result.tools])
+        with self._lock:
+            self._recent = (self._recent + [(rid, offer)])[-self._max:]
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

@@ -183,7 +183,7 @@ def corpus_lists(names: Sequence[str], *, per_corpus: int = 500, negatives: int 
         qs = list(corpus.questions)
         rng.shuffle(qs)
         for q in qs[:per_corpus]:
-            gold = [t for t in q.lenient_targets if t in corpus.catalog]
+            gold = sorted(t for t in q.lenient_targets if t in corpus.catalog)   # a set: fix the order
             if not gold:
                 continue
             rows, _ = bm25.search(q.query, negatives + len(gold) + 4)

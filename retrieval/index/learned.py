@@ -47,7 +47,7 @@ from .hits import Hit
 from .text import tool_passages
 
 __all__ = ["LearnedExample", "LearnedExamples", "retrieve_with_learned", "near_duplicate", "learned_vector",
-           "vector_key", "tenant_vector", "DEFAULT_LIMIT", "DEFAULT_MAX_TOTAL", "NEAR_DUPLICATE", "MAX_REQUEST_CHARS", "FORMAT"]
+           "vector_key", "tenant_vector", "fold_request", "DEFAULT_LIMIT", "DEFAULT_MAX_TOTAL", "NEAR_DUPLICATE", "MAX_REQUEST_CHARS", "FORMAT"]
 
 DEFAULT_LIMIT = 20            # learned requests kept per tool (the most recent)
 DEFAULT_MAX_TOTAL = 60_000    # learned requests kept per tenant (the oldest go first): 20 on each of ~3,000 tools
@@ -60,6 +60,12 @@ VECTORS = "vectors.npy"        # one row per stored tenant vector, in the order 
 VECTOR_KEYS = "vectors.json"
 LEXICON = "lexicon"            # the tenant's BM25 over its learned requests, built when the version is written
 _WORDS = re.compile(r"\w+", re.UNICODE)
+
+
+def fold_request(request: str) -> str:
+    """A request as it is kept as a learned example: whitespace folded, cut to :data:`MAX_REQUEST_CHARS`
+    (what forgetting compares stored texts with)."""
+    return " ".join(request.split())[:MAX_REQUEST_CHARS]
 
 
 def _words(text: str) -> frozenset[str]:
@@ -222,7 +228,7 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         """
         if not isinstance(request, str) or not request.strip():
             raise ValueError("a learned example must be a non-empty request")
-        request = check_text(" ".join(request.split())[:MAX_REQUEST_CHARS], "request")
+        request = check_text(fold_request(request), "request")
         at = time.time() if at is None else float(at)
         tid = ToolId(*tool_id)
         kept, uses = [], 1
@@ -382,7 +388,8 @@ def vector_key(index: Any, tool: Any, requests: Iterable[str]) -> str:
     and the learned requests (a short hash; a stored vector is used only under the same key)."""
     import hashlib
 
-    parts = [str(getattr(index.encoder, "name", "")), str(bool(index.with_examples)), tool.content_hash(),
+    name = getattr(index.encoder, "name", None) or f"id:{id(index.encoder)}"   # an unnamed encoder is only itself
+    parts = [str(name), str(bool(index.with_examples)), tool.content_hash(),
              *[r for r in requests if r.strip()]]
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:24]
 
@@ -391,7 +398,7 @@ def learned_vector(index: Any, tool: Any, requests: Iterable[str]) -> np.ndarray
     """The tool's vector for a tenant: the normalised centroid of its indexed passages and its
     learned requests (each request one passage, as shipped example requests are)."""
     requests = tuple(r for r in requests if r.strip())
-    key = (str(getattr(index.encoder, "name", id(index.encoder))), index.with_examples, tool.content_hash(), requests)
+    key = vector_key(index, tool, requests)
     with _TOOL_LOCK:
         found = _TOOL_VECTORS.get(key)
         if found is not None:

@@ -36,7 +36,7 @@ async def feedback(body: FeedbackRequest, state: AppState, tenant: CallerTenant,
     if offer is None:
         raise ServiceError(404, "unknown_request_id",
                            f"no search of yours with request_id {body.request_id!r} in the last "
-                           f"{book.offer_ttl_s / 60:g} minutes on this worker; send feedback for a recent "
+                           f"{book.offer_ttl_s / 60:g} minutes; send feedback for a recent "
                            "/v1/search answer, quoting its request_id")
     outcome = await write_to_store(
         lambda: book.feedback(tenant.name, offer, body.request_id, (body.server, body.tool),

@@ -88,3 +88,18 @@ def test_toolrank_examples_list_and_remove(tmp_path, capsys):
                  "--server", "Elasticsearch", "--tool", "get_shards"]) == 0
     assert main(["examples", "remove", "--store", str(tmp_path / "store"), "--tenant", "acme", "--all"]) == 1
     assert main(["examples", "remove", "--store", str(tmp_path / "store")]) == 2   # says what to give
+
+
+def test_the_gateway_learns_and_logs_the_masked_request_with_its_probabilities(tmp_path):
+    """The gateway's offers are the book's: a secret typed into a request is masked in what is learned and
+    logged, and the event keeps the offered probabilities (real-use calibration)."""
+    from serve.usage import GatewayUsage
+
+    usage = GatewayUsage.for_index(tmp_path / "idx")
+    found = SimpleNamespace(decision="proceed", tools=[SimpleNamespace(tool_id=SHARDS, probability=0.9)])
+    usage.offered("shards of logs-2024 with password=hunter2", None, found)
+    usage.called(*SHARDS, SimpleNamespace(isError=False))
+    assert "hunter2" not in usage.learned().requests(SHARDS)[0]
+    event = usage.book.tenant("local").events()[-1]
+    assert "hunter2" not in event["request"] and event["offered_probabilities"] == [[*SHARDS, 0.9]]
+    assert event["decision"] == "proceed"
