@@ -137,7 +137,7 @@ def corpus_rows(names: Sequence[str], *, per_corpus: int = 1500, seed: int = 13)
             negs = [int(r) for r in cand if int(r) not in labelled]
             neg = negs[0] if negs else rng.choice([i for i in range(len(tools)) if i not in labelled] or [0])
             rows.append({"anchor": q.query, "positive": tool_passages(tools[row_of[q.target]], with_examples=False)[0],
-                         "negative": tool_passages(tools[neg], with_examples=False)[0]})
+                         "negative": tool_passages(tools[neg], with_examples=False)[0], "list": q.id})
     rng.shuffle(rows)
     return rows
 
@@ -201,10 +201,31 @@ def teacher_rows(paths: Sequence[Path], smithery: Path | None, *, accept: float 
             ns, nt, _ = negs[i % len(negs)]
             card = tool_passages(tools.get(tl.catalog, s, t), with_examples=False)[0]
             neg_card = tool_passages(tools.get(tl.catalog, ns, nt), with_examples=False)[0]
-            rows.append({"anchor": tl.query, "positive": card, "negative": neg_card})
+            rows.append({"anchor": tl.query, "positive": card, "negative": neg_card, "list": tl.id})
     rng.shuffle(rows)
     stats["rows"] = len(rows)
     return rows, stats, dev_lists
+
+
+def teacher_need_rows(rows: Sequence[dict], needs: dict[str, dict], *, seed: int = 13) -> list[dict]:
+    """The need channel with the judge's hard negatives: for each teacher row whose request has a blind
+    need (written from the request alone), the need by itself (what the need's own dense list embeds)
+    and the request with the need joined (the request's list when a need is given), against the same
+    accepted card and rejected look-alike. A list's second-attempt need (``need2``) stands in for the
+    need alone on half of its rows, as the agent's sharper second need would."""
+    from retrieval.index.embedded import ToolIndex
+
+    rng = random.Random(seed)
+    out: list[dict] = []
+    for r in rows:
+        n = needs.get(r.get("list", ""))
+        if not n or not n.get("need"):
+            continue
+        alone = n["need2"] if n.get("need2") and rng.random() < 0.5 else n["need"]
+        for anchor in (alone, ToolIndex.query_text(r["anchor"], n["need"])):
+            out.append({"anchor": anchor, "positive": r["positive"], "negative": r["negative"]})
+    rng.shuffle(out)
+    return out
 
 
 class TorchEncoder:
@@ -409,16 +430,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(a.seed)
     t0 = time.time()
     parts: dict[str, Dataset] = {}
+    needs = load_needs(a.needs) if a.needs else {}
+    if a.needs and not needs:
+        print(f"error: --needs {a.needs}: no needs read", file=sys.stderr)
+        return 2
     if a.teacher:
         trows, stats, dev_lists = teacher_rows(a.teacher, a.smithery, accept=a.accept, reject=a.reject, seed=a.seed,
                                                holdout_percent=a.smithery_dev_percent if a.smithery else 0)
         trows = trows[: a.max_pairs] if a.max_pairs else trows
         log.info("teacher rows: %d (%s)", len(trows), stats)
         parts["teacher"] = Dataset.from_dict({k: [r[k] for r in trows] for k in ("anchor", "positive", "negative")})
-    needs = load_needs(a.needs) if a.needs else {}
-    if a.needs and not needs:
-        print(f"error: --needs {a.needs}: no needs read", file=sys.stderr)
-        return 2
+    if needs and "teacher" in parts:
+        tnrows = teacher_need_rows(trows, needs, seed=a.seed)
+        tnrows = tnrows[: a.max_pairs] if a.max_pairs else tnrows
+        log.info("teacher need rows: %d", len(tnrows))
+        parts["teacher_needs"] = Dataset.from_dict({k: [r[k] for r in tnrows] for k in ("anchor", "positive", "negative")})
     if needs:
         nrows = need_pairs(needs, seed=a.seed)
         nrows = nrows[: a.max_pairs] if a.max_pairs else nrows
@@ -429,6 +455,12 @@ def main(argv: list[str] | None = None) -> int:
         crows = crows[: a.max_pairs] if a.max_pairs else crows
         log.info("corpus rows: %d from %s", len(crows), ", ".join(a.corpora))
         parts["corpora"] = Dataset.from_dict({k: [r[k] for r in crows] for k in ("anchor", "positive", "negative")})
+        if needs:  # the corpora's requests that have a blind need, on the need channel too
+            cnrows = teacher_need_rows(crows, needs, seed=a.seed)
+            log.info("corpus need rows: %d", len(cnrows))
+            if cnrows:
+                parts["corpora_needs"] = Dataset.from_dict({k: [r[k] for r in cnrows]
+                                                            for k in ("anchor", "positive", "negative")})
     if not a.no_pairs:
         rows = training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed, need_rate=0.0 if needs else 0.3)
         rows = rows[: a.max_pairs] if a.max_pairs else rows

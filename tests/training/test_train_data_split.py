@@ -79,6 +79,27 @@ def test_encoder_teacher_rows_pair_every_accepted_tool_with_a_rejected_look_alik
     assert {r["negative"] for r in rows} == {card[train[2].id]}
 
 
+def test_encoder_need_rows_keep_the_judges_cards_and_use_only_that_lists_blind_need():
+    from retrieval.index.embedded import ToolIndex
+    from training.train_encoder import teacher_need_rows
+
+    rows = [{"anchor": "rename my playlist", "positive": "P1", "negative": "N1", "list": "ts1"},
+            {"anchor": "book a table", "positive": "P2", "negative": "N2", "list": "ts2"},
+            {"anchor": "no need written", "positive": "P3", "negative": "N3", "list": "ts3"}]
+    needs = {"ts1": {"need": "rename a playlist and make it private", "need2": "update playlist name and visibility"},
+             "ts2": {"need": "reserve a restaurant table"}, "ts3": {"need": ""}}
+    out = teacher_need_rows(rows, needs, seed=0)
+    assert len(out) == 4   # need alone and request + need, for the two lists that have a need
+    by_pos = {}
+    for r in out:
+        by_pos.setdefault((r["positive"], r["negative"]), []).append(r["anchor"])
+    assert set(by_pos) == {("P1", "N1"), ("P2", "N2")}   # the judge's cards travel with their need
+    assert ToolIndex.query_text("rename my playlist", needs["ts1"]["need"]) in by_pos[("P1", "N1")]
+    assert set(by_pos[("P1", "N1")]) & {needs["ts1"]["need"], needs["ts1"]["need2"]}
+    assert sorted(by_pos[("P2", "N2")]) == sorted(["reserve a restaurant table",
+                                                   ToolIndex.query_text("book a table", "reserve a restaurant table")])
+
+
 def test_encoder_teacher_rows_refuse_held_out_servers(tmp_path):
     import pytest
 
