@@ -34,7 +34,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,8 +44,11 @@ from typing import Any
 import httpx
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_process import REPO, ServiceProcess, free_port, service_env  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (ROOT, ServiceProcess, environment_stamp, free_port, percentile,  # noqa: E402
+                               serve_command, service_env, stamp_line, write_result)
+
 ADMIN_KEY, USER_KEY = "loadtest-admin-key", "loadtest-user-key"
 
 REQUESTS = [
@@ -107,18 +109,15 @@ class Server(ServiceProcess):
 def start_server(args: argparse.Namespace, work: Path, store: Path, workers: int, deadline: float,
                  name: str, extra_env: dict[str, str] | None = None) -> Server:
     port = free_port()
-    cmd = [sys.executable, "-m", "serve.cli", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", str(workers), "--config", str(work / "tenants.toml"), "--index", str(store),
-           "--app", args.app, "--log-level", "warning", "--poll-interval", str(args.poll_interval)]
+    cmd = serve_command(port, "--workers", str(workers), "--config", str(work / "tenants.toml"), "--index", str(store),
+                        "--app", args.app, "--log-level", "warning", "--poll-interval", str(args.poll_interval))
     if args.catalog:
         cmd += ["--catalog", str(args.catalog)]
     if args.model:
         cmd += ["--model", str(args.model)]
     if args.no_suggestions:
         cmd += ["--no-suggestions"]
-    log = work / f"{name}.log"
-    proc = subprocess.Popen(cmd, cwd=REPO, env=service_env(extra_env), stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    server = Server(proc, f"http://127.0.0.1:{port}", log)
+    server = Server.start(cmd, port, work / f"{name}.log", env=service_env(extra_env))
     server.wait_ready(min(deadline, time.monotonic() + args.startup_seconds), f"server ({name})")
     return server
 
@@ -137,12 +136,12 @@ class Point:
     latencies_ms: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        lat = sorted(self.latencies_ms)
-        pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else None  # noqa: E731
+        lat = self.latencies_ms
         return {"endpoint": self.endpoint, "concurrency": self.concurrency, "requests": self.requests,
                 "errors": self.errors, "statuses": self.statuses,
                 "throughput_rps": round(self.requests / self.seconds, 2) if self.seconds else None,
-                "p50_ms": round(pct(0.50), 2) if lat else None, "p99_ms": round(pct(0.99), 2) if lat else None,
+                "p50_ms": round(percentile(lat, 50), 2) if lat else None,
+                "p99_ms": round(percentile(lat, 99), 2) if lat else None,
                 "mean_ms": round(statistics.fmean(lat), 2) if lat else None}
 
 
@@ -312,8 +311,8 @@ async def update_phase(args: argparse.Namespace, server: Server, deadline: float
 
 
 def _percentile(values: list[float], q: float) -> float | None:
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else None
+    """The ``q``-th percentile (0-1) to 0.1 ms; None for no values."""
+    return round(percentile(values, 100 * q), 1) if values else None
 
 
 async def open_loop(client: httpx.AsyncClient, endpoint: str, make_body, rate: float, seconds: float,
@@ -503,7 +502,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--queue", type=int, default=16, help="server's max_queue in the overload phase")
     p.add_argument("--queue-wait", type=float, default=5.0, help="server's max_queue_wait_s in the overload phase")
     p.add_argument("--deadline", type=float, default=30.0, help="server's request_timeout_s in the overload phase")
-    p.add_argument("--out", type=Path, default=REPO / "runs" / "load_test.json", help="JSON results file")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "load_test.json", help="JSON results file")
     args = p.parse_args(argv)
     if args.requests < 1 or args.updates < 0 or not args.concurrency or min(args.concurrency) < 1:
         p.error("--requests and --concurrency must be positive, --updates not negative")
@@ -518,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.index:
         shutil.copytree(args.index, store)
     write_tenants(work / "tenants.toml")
-    report: dict[str, Any] = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    report: dict[str, Any] = {"environment": environment_stamp(), "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                               "cpu_count": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     failed = False
     try:
@@ -558,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print()
+    print("\n" + stamp_line(report["environment"]))
     if report.get("points"):
         print(table(report["points"]))
         print(f"\nserver RSS: {report.get('rss_before_mb')} MiB before, {report.get('rss_after_mb')} MiB after "
@@ -572,8 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {k}: {v}")
     if report.get("error"):
         print(f"\nERROR: {report['error']}", file=sys.stderr)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
+    write_result(args.out, report)
     print(f"\nwrote {args.out}")
     errors = sum(p["errors"] for p in report.get("points", []))
     u = report.get("updates", {})

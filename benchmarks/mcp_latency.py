@@ -30,10 +30,9 @@ from typing import Any
 
 import anyio
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_process import free_port  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, free_port, percentile, stamp_line, write_result  # noqa: E402
 
 REQUESTS = [
     "will it rain in Lisbon over the next few days?",
@@ -49,13 +48,8 @@ REQUESTS = [
 ]
 
 
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
-
-
 def row(label: str, ms: list[float]) -> str:
-    return f"| {label} | {pct(ms, 0.5):.1f} | {pct(ms, 0.95):.1f} | {len(ms)} |"
+    return f"| {label} | {percentile(ms, 50):.1f} | {percentile(ms, 95):.1f} | {len(ms)} |"
 
 
 def measure_harvest(config, rounds: int) -> dict[str, list[float]]:
@@ -213,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     print(row("direct to the server (SDK client, stdio)", direct))
     print(row("through the gateway over stdio", m["stdio_call"]))
     print(row("through the gateway over streamable HTTP", m["http_call"]))
+    print("\n" + stamp_line())
     if a.json:
-        a.json.write_text(json.dumps({"harvest_ms": harvest, "direct_call_ms": direct, "index_s": index_s, **m},
-                                     indent=1))
+        write_result(a.json, {"harvest_ms": harvest, "direct_call_ms": direct, "index_s": index_s, **m})
     return 0
 
 

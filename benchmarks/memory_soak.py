@@ -9,9 +9,7 @@ Starts `toolrank serve` on 127.0.0.1 with one tenant (whose policy may set score
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,13 +18,11 @@ from pathlib import Path
 import httpx
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (ROOT, ServiceProcess, environment_stamp, free_port, serve_command,  # noqa: E402
+                               stamp_line, write_result)
 from retrieval.jsonl import read_jsonl  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_process import ServiceProcess, free_port  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,18 +32,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-seconds", type=float, default=900)
     p.add_argument("--out", type=Path)
     a = p.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
     from serve.tenants import hash_key
 
     policy = f"\n[tenants.policy]\nscore_top = {a.score_top}\n" if a.score_top else ""
     cfg = Path(tempfile.mkdtemp()) / "tenants.toml"
     cfg.write_text(f'[[tenants]]\nname = "soak"\nkey_sha256 = ["{hash_key("k-soak")}"]\nservers = "*"\n{policy}')
     port = free_port()
-    log = cfg.parent / "server.log"
-    proc = subprocess.Popen([sys.executable, "-m", "serve.cli", "--host", "127.0.0.1", "--port", str(port),
-                             "--config", str(cfg)], cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            env={**os.environ})
-    server = ServiceProcess(proc, f"http://127.0.0.1:{port}", log)
+    # this process's environment as it is (its TOOLRANK_CACHE, its threads): the service as the user runs it
+    server = ServiceProcess.start(serve_command(port, "--config", str(cfg)), port, cfg.parent / "server.log",
+                                  env=os.environ)
+    proc = server.proc
     questions = [row["query"] for _, row in read_jsonl(ROOT / "training" / "data" / "questions.jsonl")
                  if row.get("split") == "dev"]
     samples = []
@@ -66,9 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             if time.time() - start > a.max_seconds:
                 print(f"stopped at the time cap after {i} requests", flush=True)
                 break
-        out = {"score_top": a.score_top, "samples": samples, "errors": errors, "seconds": time.time() - start}
+        out = {"environment": environment_stamp(), "score_top": a.score_top, "samples": samples, "errors": errors,
+               "seconds": time.time() - start}
+        print(stamp_line(out["environment"]))
         if a.out:
-            a.out.write_text(json.dumps(out, indent=1))
+            write_result(a.out, out)
     finally:
         server.stop()
     return 0

@@ -28,8 +28,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +37,11 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_process import HOST, REPO, ServiceProcess, free_port, service_env  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (HOST, ServiceProcess, environment_stamp, free_port, median, serve_command,  # noqa: E402
+                               service_env, stamp_line, write_result)
+
 KEY = "slow-clients-bench-key"
 
 # The service as it ran before issue 24: uvicorn's own protocol and the event loop's own error log.
@@ -97,8 +98,8 @@ def start(name: str, args: argparse.Namespace, work: Path, deadline: float) -> S
                    TOOLRANK_PUBLIC_SUGGESTIONS="0")
         cmd = [sys.executable, "-c", UNBOUNDED, str(port)]
     else:
-        cmd = [sys.executable, "-m", "serve.cli", "--host", HOST, "--port", str(port), "--config", str(tenants),
-               "--index", str(store), "--catalog", str(catalog), "--no-suggestions", "--log-level", "warning"]
+        cmd = serve_command(port, "--config", str(tenants), "--index", str(store), "--catalog", str(catalog),
+                            "--no-suggestions", "--log-level", "warning")
         env["TOOLRANK_HEADER_TIMEOUT_S"] = str(args.header_timeout)
     limit = args.fd_limit
 
@@ -106,10 +107,7 @@ def start(name: str, args: argparse.Namespace, work: Path, deadline: float) -> S
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, hard), hard))
 
-    log = work / f"{name}.log"
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            preexec_fn=lower_fd_limit)
-    server = Server(proc, f"http://{HOST}:{port}", log, name)
+    server = Server.start(cmd, port, work / f"{name}.log", env=env, preexec_fn=lower_fd_limit, name=name)
     server.wait_ready(min(deadline, time.monotonic() + args.startup_seconds), f"{name} server")
     return server
 
@@ -185,7 +183,7 @@ async def probe(base: str, n: int, timeout_s: float) -> dict[str, Any]:
                     failed += 1
                     why[reason] = why.get(reason, 0) + 1
             out[name] = {"ok": len(ms), "failed": failed, "failures": why,
-                         "p50_ms": round(statistics.median(ms), 1) if ms else None,
+                         "p50_ms": round(median(ms), 1) if ms else None,
                          "max_ms": round(max(ms), 1) if ms else None}
     return out
 
@@ -283,13 +281,14 @@ def main(argv: list[str] | None = None) -> int:
               f"server fd limit {args.fd_limit}, {args.probes} probes per phase (new connection each, "
               f"{args.timeout:g} s timeout), bounded server's header deadline {args.header_timeout:g} s; "
               f"{os.cpu_count()} CPU(s), {time.strftime('%Y-%m-%d')}")
-    print(header + "\n\n" + text)
+    stamp = environment_stamp()
+    print(header + "\n\n" + text + "\n\n" + stamp_line(stamp))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(header + "\n\n" + text + "\n")
-        args.out.with_suffix(".json").write_text(json.dumps(
-            {"settings": {k: str(v) for k, v in vars(args).items()}, "results": results,
-             "accept_error_log_lines": accept_errors}, indent=1) + "\n")
+        args.out.write_text(header + "\n\n" + text + "\n\n" + stamp_line(stamp) + "\n")
+        write_result(args.out.with_suffix(".json"), {"settings": {k: str(v) for k, v in vars(args).items()},
+                                                     "results": results, "accept_error_log_lines": accept_errors},
+                     stamp=stamp)
     return 0
 
 
