@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["HOST", "ROOT", "ServiceProcess", "environment_stamp", "format_cell", "free_port", "markdown_table",
-           "median", "percentile", "run_scenarios", "serve_command", "service_env", "stamp_figure", "stamp_line",
+           "median", "percentile", "print_table", "run_scenarios", "serve_command", "service_env", "stamp_figure", "stamp_line",
            "timed", "write_result"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,6 +175,12 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align:
 
     rule = "|" + "|".join("-" * (w + 1) + ":" if a == "r" else "-" * (w + 2) for w, a in zip(widths, align)) + "|"
     return "\n".join([line(cells[0], head=True), rule, *(line(r) for r in cells[1:])])
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None,
+                digits: int | None = None) -> None:
+    """Print :func:`markdown_table`."""
+    print(markdown_table(headers, rows, align, digits))
 
 
 # --------------------------------------------------------------------------- scenarios in subprocesses

@@ -28,39 +28,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchmarks.retrieval_speed as rs  # noqa: E402  (its catalogs, as it makes them)
+from benchmarks.common import (ROOT, environment_stamp, percentile, print_table, run_scenarios,  # noqa: E402
+                               stamp_line, timed, write_result)
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 SCENARIOS = ("parity-ex", "parity-noex", "mcp-zero", "+smithery", "synthetic")
-
-
-def _speed_helpers():
-    """The catalogs and helpers of benchmarks/retrieval_speed.py (a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("retrieval_speed", Path(__file__).with_name("retrieval_speed.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-rs = _speed_helpers()
-pct, timed, print_table = rs.pct, rs.timed, rs.print_table
 
 
 def qdrant_config(args: argparse.Namespace, name: str, **kw: Any):
@@ -220,8 +207,8 @@ def run_scale(name: str, args: argparse.Namespace) -> dict[str, Any]:
             org_ms.append((t2 - t1) * 1e3)
             if gold[i] is not None:
                 hits100.append(any(tuple(h.tool_id) == gold[i] for h in hits))
-        out[label] = {"search_p50_ms": pct(all_ms, 50), "search_p95_ms": pct(all_ms, 95),
-                      "org20_p50_ms": pct(org_ms, 50), "hit_at_100": statistics.fmean(hits100) if hits100 else None}
+        out[label] = {"search_p50_ms": percentile(all_ms, 50), "search_p95_ms": percentile(all_ms, 95),
+                      "org20_p50_ms": percentile(org_ms, 50), "hit_at_100": statistics.fmean(hits100) if hits100 else None}
     out["embedded"]["build_s"] = embedded_build_s
     out["qdrant"]["upload_s"] = upload_s
     out["qdrant"]["build_s"] = embed_s + upload_s
@@ -366,38 +353,29 @@ def main(argv: list[str] | None = None) -> int:
         scenarios.remove("+smithery")
     from importlib.metadata import version
     where = args.qdrant_url or "embedded local mode (:memory:, pure Python)"
+    stamp = environment_stamp(qdrant_client=version("qdrant-client"))
     print(f"Qdrant backend vs embedded{' (QUICK: tiny catalogs)' if args.quick else ''}: Qdrant {where}, "
-          f"qdrant-client {version('qdrant-client')}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs\n", flush=True)
-    results = []
-    for s in scenarios:
-        t0 = time.perf_counter()
-        proc = subprocess.run(child_argv(args, s), capture_output=True, text=True, cwd=ROOT)
-        if proc.returncode != 0:
-            print(f"scenario {s} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
-            return 1
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-        result["wall_s"] = time.perf_counter() - t0
-        results.append(result)
-        print(f"  {s}: done in {result['wall_s']:.0f}s", file=sys.stderr, flush=True)
-        if args.out:   # after every scenario, so a long run that is stopped keeps what it measured
-            write(args, where, results)
+          f"qdrant-client {version('qdrant-client')}\n{stamp_line(stamp)}\n", flush=True)
+    # written after every scenario, so a long run that is stopped keeps what it measured
+    results = run_scenarios(scenarios, lambda s: child_argv(args, s), wall_key="wall_s",
+                            after_each=(lambda done: write(args, where, done, stamp)) if args.out else None)
+    if results is None:
+        return 1
     report(results)
+    print("\n" + stamp_line(stamp))
     if args.out:
         print(f"\nwrote {args.out}")
     return 0
 
 
-def write(args: argparse.Namespace, where: str, results: list[dict[str, Any]]) -> None:
+def write(args: argparse.Namespace, where: str, results: list[dict[str, Any]], stamp: dict[str, Any]) -> None:
     from importlib.metadata import version
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"quick": args.quick, "qdrant": where, "qdrant_client": version("qdrant-client"), "queries": args.queries,
             "synthetic_queries": args.synthetic_queries, "threads": args.threads,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    write_result(args.out, {"meta": meta, "results": results}, stamp=stamp)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,9 +39,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import (ROOT, environment_stamp, percentile, print_table, run_scenarios,  # noqa: E402
+                               stamp_line, timed, write_result)
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 # ../shared beside the checkout (as laid for sessions and CI), else the absolute path.
@@ -70,16 +69,6 @@ def memory_mib() -> dict[str, float]:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         out["peak"] = peak / (1024 * 1024 if sys.platform == "darwin" else 1024)
     return out
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - t0
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if len(values) else float("nan")
 
 
 def dev_questions(n: int, seed: int) -> list[dict[str, Any]]:
@@ -267,12 +256,12 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "scenario": name, "tools": len(catalog), "servers": len(catalog.servers), "passages": passages,
         "catalog_load_s": load_s, "build_s": build_s,
-        "search_ms": {"p50": pct(total, 50), "p95": pct(total, 95), "mean": statistics.fmean(total),
+        "search_ms": {"p50": percentile(total, 50), "p95": percentile(total, 95), "mean": statistics.fmean(total),
                       "n": len(total), "includes_query_embedding": qvec is None},
-        "breakdown_p50_ms": {"embed": pct(times.get("embed", []), 50), "bm25": pct(times["bm25"], 50),
-                             "dense": pct(times["dense"], 50),
-                             "hybrid_given_vector": pct(times["hybrid_given_vector"], 50)},
-        "org20_p50_ms": pct(times["org20"], 50),
+        "breakdown_p50_ms": {"embed": percentile(times.get("embed", []), 50), "bm25": percentile(times["bm25"], 50),
+                             "dense": percentile(times["dense"], 50),
+                             "hybrid_given_vector": percentile(times["hybrid_given_vector"], 50)},
+        "org20_p50_ms": percentile(times["org20"], 50),
         "hit_at_100": (sum(hits_at_100) / len(hits_at_100)) if hits_at_100 else None,
         "upsert": {"seconds": upsert_s, "re_embedded": re_embedded, "server_tools": len(tools)},
         "save_s": save_s, "load_s": load_index_s, "disk_mib": disk / 2**20,
@@ -284,19 +273,6 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- report
-
-
-def print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "-" if v != v else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}")
-        return f"{v:,}" if isinstance(v, int) else str(v)
-    cells = [[str(h) for h in headers]] + [[cell(v) for v in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    print("| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in cells[1:]:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
 
 
 def report(results: list[dict[str, Any]]) -> None:
@@ -392,26 +368,19 @@ def main(argv: list[str] | None = None) -> int:
     if "+smithery" in scenarios and not args.smithery.is_dir():
         print(f"skipping +smithery: {args.smithery} not found (pass --smithery DIR)", file=sys.stderr)
         scenarios.remove("+smithery")
+    stamp = environment_stamp()
     print(f"retrieval speed{' (QUICK: tiny catalogs)' if args.quick else ''}: {args.queries} measured requests "
-          f"after {args.warmup} warm-up, k=100, encoder threads {args.threads}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs\n", flush=True)
-    results = []
-    for s in scenarios:
-        t0 = time.perf_counter()
-        proc = subprocess.run(child_argv(args, s), capture_output=True, text=True, cwd=ROOT)
-        if proc.returncode != 0:
-            print(f"scenario {s} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
-            return 1
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(f"  {s}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+          f"after {args.warmup} warm-up, k=100, encoder threads {args.threads}\n{stamp_line(stamp)}\n", flush=True)
+    results = run_scenarios(scenarios, lambda s: child_argv(args, s))
+    if results is None:
+        return 1
     report(results)
+    print("\n" + stamp_line(stamp))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         meta = {"quick": args.quick, "queries": args.queries, "warmup": args.warmup, "threads": args.threads,
                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "cpus": os.cpu_count(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        write_result(args.out, {"meta": meta, "results": results}, stamp=stamp)
         print(f"\nwrote {args.out}")
     return 0
 
