@@ -22,7 +22,6 @@ import argparse
 import json
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -30,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import ROOT, markdown_table, median, percentile, stamp_line, write_result  # noqa: E402
 from retrieval.catalog.model import ToolId  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
@@ -60,15 +59,6 @@ def model_at_length(model: Path, max_length: int, tmp: Path) -> Path:
     config["max_length"] = max_length
     (out / "config.json").write_text(json.dumps(config))
     return out
-
-
-def table(headers: list[str], rows: list[list]) -> str:
-    cells = [headers] + [[f"{v:.1f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths)) + " |" for r in cells[1:]]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                         pipe.search(q.query)
                         ms.append(1000 * (time.perf_counter() - t0))
                     timings.append({"max_length": length, "k": k, "workers": timed.workers,
-                                    "p50_ms": statistics.median(ms), "p90_ms": float(np.percentile(ms, 90))})
+                                    "p50_ms": median(ms), "p90_ms": percentile(ms, 90)})
                     if workers == worker_counts[0]:
                         for row in out:
                             if row["max_length"] == length and row["k"] == k:
@@ -143,21 +133,24 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             retrieval_only.search(q.query)
             ms.append(1000 * (time.perf_counter() - t0))
-        base_ms = statistics.median(ms)
+        base_ms = median(ms)
     for label in indexes:
         rows = [[r["max_length"], r["k"] or "hybrid only", r["top1"], r["top5"], r.get("p50_ms", base_ms),
                  r.get("p90_ms", float("nan"))] for r in out if r["index"] == label]
         print(f"\n{label}: {len(quality_q)} dev questions (logit re-ranks the first K of the hybrid's 100); "
               f"whole search on {a.threads} threads over {len(timing_q)} other dev questions\n")
-        print(table(["max length", "K scored", "rank 1 %", "top 5 %", "search p50 ms", "p90 ms"], rows))
+        print(markdown_table(["max length", "K scored", "rank 1 %", "top 5 %", "search p50 ms", "p90 ms"], rows,
+                             digits=1))
     print(f"\nretrieval-only search p50: {base_ms:.1f} ms")
     if len(worker_counts) > 1:
         print(f"\nwhole search by Scorer workers (pairs side by side), {a.threads} threads\n")
-        print(table(["max length", "K scored", "workers", "search p50 ms", "p90 ms"],
-                    [[t["max_length"], t["k"], t["workers"], t["p50_ms"], t["p90_ms"]] for t in timings]))
+        print(markdown_table(["max length", "K scored", "workers", "search p50 ms", "p90 ms"],
+                             [[t["max_length"], t["k"], t["workers"], t["p50_ms"], t["p90_ms"]] for t in timings],
+                             digits=1))
+    print("\n" + stamp_line())
     if a.json:
-        a.json.write_text(json.dumps({"rows": out, "retrieval_only_p50_ms": base_ms, "n": len(quality_q),
-                                      "timing": len(timing_q), "threads": a.threads, "timings": timings, "model": str(a.model)}, indent=1))
+        write_result(a.json, {"rows": out, "retrieval_only_p50_ms": base_ms, "n": len(quality_q),
+                              "timing": len(timing_q), "threads": a.threads, "timings": timings, "model": str(a.model)})
     return 0
 
 

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import ROOT, median, percentile, print_table, stamp_line  # noqa: E402
 from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.catalog.model import Catalog, Tool, ToolId  # noqa: E402
 from retrieval.jsonl import read_jsonl  # noqa: E402
@@ -57,20 +57,6 @@ def random_candidates(catalog: Catalog, gold: ToolId, k: int, rng: random.Random
     tools = [catalog[gold], *others]
     rng.shuffle(tools)
     return tools
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
-def print_table(headers: list[str], rows: list[list[Any]]) -> None:
-    cells = [[str(h) for h in headers]] + [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    line = "| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |"
-    print(line)
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in cells[1:]:
-        print("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths)) + " |")
 
 
 # --------------------------------------------------------------------------- speed
@@ -108,7 +94,8 @@ def speed(args: argparse.Namespace) -> int:
                      percentile(totals, 50), percentile(totals, 90), statistics.fmean(totals),
                      percentile(tokenise, 50), statistics.fmean(lengths), max(lengths)])
     print_table(["model", "quantization", "max_len", "requests", "p50 ms", "p90 ms", "mean ms",
-                 "tokenise p50 ms", "mean tokens/pair", "max tokens"], rows)
+                 "tokenise p50 ms", "mean tokens/pair", "max tokens"], rows, digits=3)
+    print("\n" + stamp_line())
     return 0
 
 
@@ -185,12 +172,13 @@ def compare(args: argparse.Namespace) -> int:
         ["same top-5 set", f"{same5 / n:.1%}"],
         ["mean top-5 overlap", f"{statistics.fmean(overlap5):.1%}"],
         ["max |dp| (calibrated), worst question", max(max_dp)],
-        ["max |dp|, median over questions", statistics.median(max_dp)],
+        ["max |dp|, median over questions", median(max_dp)],
         ["mean |dp|", statistics.fmean(mean_dp)],
         ["max |d logit|", max(max_dlogit)],
         [f"hit@1 A (gold among candidates in {gold_in})", f"{hit_a / max(gold_in, 1):.1%}"],
         [f"hit@1 B (gold among candidates in {gold_in})", f"{hit_b / max(gold_in, 1):.1%}"],
-    ])
+    ], digits=3)
+    print("\n" + stamp_line())
     return 0
 
 
