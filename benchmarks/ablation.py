@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, stamp_line, write_result  # noqa: E402
 
 from retrieval.evaluation.abstention import (abstention_report, format_abstention, format_nofit, load_nofit,  # noqa: E402
                                              nofit_report, plot_coverage_risk)
@@ -151,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         out["seconds"] = round(time.time() - t0, 1)
         out["model"] = str(a.model)
         out["score_top"] = a.score_top   # candidates the cross-encoder scored (None: all)
-        (a.out / f"{name}.json").write_text(json.dumps(out, indent=1))
+        write_result(a.out / f"{name}.json", out)
         print(f"[{name}: {out['seconds']} s, {len(scorer.cache)} cached pairs]", flush=True)
+    print(stamp_line())
     return 0
 
 

@@ -13,14 +13,14 @@ servers (other writers, another catalog). Dense and hybrid rank 1 / top 5 / reca
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import stamp_line, write_result  # noqa: E402
 
 
 def load_encoder(spec: str):
@@ -88,8 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             cells += [f"{m['smithery_dense_top1']:.1f} / {m['smithery_dense_top5']:.1f}",
                       f"{m['smithery_hybrid_top1']:.1f} / {m['smithery_hybrid_top5']:.1f}"]
         print(" | ".join(cells))
+    print("\n" + stamp_line())
     if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
+        write_result(a.json, {"rows": rows})
     return 0
 
 

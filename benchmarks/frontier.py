@@ -12,7 +12,6 @@ Run it alone on the machine: the other core's load shows in the times.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -20,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, median, percentile, stamp_line, write_result  # noqa: E402
 
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
@@ -38,7 +38,7 @@ def measure(pipe: Pipeline, queries, policy: Policy) -> dict:
         ranked = [t.tool_id for t in res.tools]
         top1.append(bool(ranked[:1]) and ranked[0] in q.lenient_targets)
         top5.append(bool(set(ranked[:5]) & q.lenient_targets))
-    return {"p50_ms": float(np.median(times)), "p90_ms": float(np.percentile(times, 90)),
+    return {"p50_ms": median(times), "p90_ms": percentile(times, 90),
             "top1_lenient": float(np.mean(top1)), "top5_lenient": float(np.mean(top5)), "n": len(queries)}
 
 
@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| configuration | search p50 ms | p90 ms | rank 1 (lenient) | top 5 (lenient) |\n|---|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['config']} | {r['p50_ms']:.0f} | {r['p90_ms']:.0f} | {100 * r['top1_lenient']:.1f} | {100 * r['top5_lenient']:.1f} |")
+    print("\n" + stamp_line())
     if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
+        write_result(a.json, {"rows": rows})
     return 0
 
 

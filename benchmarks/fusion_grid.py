@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, stamp_line  # noqa: E402
 
 from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for (k, w), v in sorted(res.items(), key=lambda kv: -headline(kv[1])):
         cells = " | ".join(f"{100 * v[s][0]:.1f} / {100 * v[s][1]:.1f}" for s in SETTINGS)
         print(f"| {k:g} | {w:g} | {cells} | {100 * headline(v):.1f} |")
+    print("\n" + stamp_line())
     return 0
 
 

@@ -12,14 +12,14 @@ without example requests; sorted by the mean of the four figures.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, stamp_line, write_result  # noqa: E402
 
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         v = res[name]
         print(f"| {name} | {100 * v[True][0]:.1f} / {100 * v[True][1]:.1f} | {100 * v[False][0]:.1f} / "
               f"{100 * v[False][1]:.1f} | {100 * mean[name]:.1f} |")
+    print("\n" + stamp_line())
     if a.json:
-        a.json.write_text(json.dumps({k: {"examples": v[True], "day_one": v[False]} for k, v in res.items()}, indent=1))
+        write_result(a.json, {k: {"examples": v[True], "day_one": v[False]} for k, v in res.items()})
     return 0
 
 

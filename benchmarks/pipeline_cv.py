@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, stamp_line  # noqa: E402
 
 from retrieval.evaluation.abstention import auroc  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|" + "---:|" * len(keys))
     for m, r in results.items():
         print(f"| {m} | " + " | ".join(f"{r[k]:.3f}" if k == "AUROC" else f"{r[k]:.1f}" for k in keys) + " |")
+    print("\n" + stamp_line())
     return 0
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, stamp_line, write_result  # noqa: E402
 
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| cut | questions | rank 1 % | MRR |\n|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['variant']} | {r['questions']} | {100 * r['top1']:.1f} | {r['mrr']:.3f} |")
+    print("\n" + stamp_line())
     if a.json:
-        a.json.write_text(json.dumps({"budget": budget, "k": a.k, "rows": rows}, indent=1))
+        write_result(a.json, {"budget": budget, "k": a.k, "rows": rows})
     return 0
 
 

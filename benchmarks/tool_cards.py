@@ -11,13 +11,13 @@ need, indexing each tool's description as it is ("off") or followed by "Paramete
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, stamp_line, write_result  # noqa: E402
 
 from retrieval.evaluation.corpora import load_corpus  # noqa: E402
 from retrieval.catalog.formats import load_default_catalog  # noqa: E402
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             res[f"{name} / {label}"] = {**m, "tools_with_parameters": have, "tools": len(catalog.tools), "n": len(qs)}
             print(f"| {name} ({have}/{len(catalog.tools)} with parameters, {len(qs)} requests) | {label} | "
                   f"{m['request'][0]} / {m['request'][1]} | {m['need'][0]} / {m['need'][1]} |", flush=True)
-    a.out.write_text(json.dumps(res, indent=1))
+    print("\n" + stamp_line())
+    write_result(a.out, res)
     return 0
 
 
