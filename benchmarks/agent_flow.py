@@ -28,8 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_figure, stamp_line, write_result  # noqa: E402
 
 from retrieval.evaluation.corpora import CORPORA, load_corpus  # noqa: E402
 from retrieval.catalog.eligibility import Eligibility  # noqa: E402
@@ -143,6 +144,7 @@ def plot_reliability(rows: list[dict], path: Path, mode: str = "need") -> Path |
         row[0].set_ylabel("share whose first tool is right")
     fig.suptitle(f"reliability of the first answer's best probability, day one, mode '{mode}'", fontsize=10)
     fig.tight_layout()
+    stamp_figure(fig)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -209,14 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     stamp = {"set": a.set, "policy": {"proceed_threshold": policy.proceed_threshold, "no_fit_below": policy.no_fit_below,
                                       "score_top": policy.score_top},
              "package": package_version(), "seconds": round(time.time() - t0, 1), "n": a.n}
-    from benchmarks.common import environment_stamp
-
     environment = environment_stamp()
     stamp["commit"] = environment["commit"]
     print(f"agent flow, {a.set} set, {stamp}\n")
     print(format_flow(rep))
+    print(stamp_line(environment))
     out = a.out or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
-    out.write_text(json.dumps({**stamp, "environment": environment, "report": rep, "rows": rows}, indent=0))
+    write_result(out, {**stamp, "environment": environment, "report": rep, "rows": rows}, indent=0)
     for mode in modes:
         png = plot_reliability(rows, out.with_name(f"{out.stem}_reliability_{mode}.png"), mode)
         if png:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-__all__ = ["HOST", "ROOT", "ServiceProcess", "environment_stamp", "format_cell", "free_port", "markdown_table",
+__all__ = ["HOST", "ROOT", "ServiceProcess", "environment_stamp", "format_cell", "free_port", "input_stamps", "markdown_table",
            "median", "percentile", "print_table", "run_scenarios", "serve_command", "service_env", "stamp_figure", "stamp_line",
            "timed", "write_result"]
 
@@ -100,13 +100,25 @@ def write_result(path: Path, data: Mapping[str, Any], *, indent: int | None = 1,
     the folder is made. Its other keys are written as given."""
     if not isinstance(data, Mapping):
         raise TypeError(f"write_result takes a dict (got {type(data).__name__}); wrap a list as {{'rows': [...]}}")
-    out = {"environment": dict(stamp) if stamp is not None else environment_stamp(), **data}
     if "environment" in data:
-        out["environment"] = data["environment"]
+        out = dict(data)
+    else:
+        out = {"environment": dict(stamp) if stamp is not None else environment_stamp(), **data}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=indent) + "\n")
     return path
+
+
+def input_stamps(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """For a script that reads result files (name -> parsed JSON): one line per distinct stamp among them,
+    naming the files that carry it; files written before the stamp are listed as such."""
+    groups: dict[str, list[str]] = {}
+    for name, result in results.items():
+        stamp = result.get("environment") if isinstance(result, Mapping) else None
+        key = stamp_line(stamp) if stamp else "environment: not recorded (written before the stamp)"
+        groups.setdefault(key, []).append(str(name))
+    return [f"{', '.join(names)}: {line}" for line, names in groups.items()]
 
 
 def stamp_figure(fig: Any, stamp: Mapping[str, Any] | None = None) -> None:

@@ -14,7 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import environment_stamp, input_stamps, stamp_line, write_result  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,8 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"| {key} | {row['n']} | {row['old_top1']:.1f} / {row['old_top5']:.1f} | "
               f"{row['new_top1']:.1f} / {row['new_top5']:.1f} | +{wins} / -{losses} | {pval:.2g} |")
+    environment = environment_stamp()
+    print("\n" + "\n".join(input_stamps({a.old.name: old, a.new.name: new})) + f"\ncompared with {stamp_line(environment)}")
     if a.json:
-        a.json.write_text(json.dumps({"old": str(a.old), "new": str(a.new), "stage": a.stage, "rows": rows}, indent=1))
+        write_result(a.json, {"old": str(a.old), "new": str(a.new), "stage": a.stage, "rows": rows,
+                              "inputs_environment": {"old": old.get("environment"), "new": new.get("environment")}},
+                     stamp=environment)
     return 0
 
 

@@ -12,9 +12,6 @@ library versions; JSON in ``benchmarks/results/console_speed.json``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import environment_stamp  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 REQUESTS = ["where are the shards of logs-2024 sitting?", "open an issue about the failing nightly build",
             "send a message to the ops channel that the deploy is done", "what is the weather in Lisbon tomorrow",
@@ -86,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
                     if who == "ops":
                         timed(f"{who}: /ui/service", lambda: client.get("/ui/service"))
     p50 = {k: float(np.median(v)) for k, v in times.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    report = {"environment": environment_stamp(), "commit": commit, "toolrank": package_version(), "python": platform.python_version(),
+    environment = environment_stamp()
+    commit = environment["commit"]
+    report = {"environment": environment, "commit": commit, "toolrank": package_version(), "python": environment["python"],
               "fastapi": fastapi.__version__, "jinja2": jinja2.__version__, "n": a.n,
               "p50_ms": {k: round(v, 1) for k, v in p50.items()},
               "p90_ms": {k: round(float(np.percentile(v, 90)), 1) for k, v in times.items()}}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_result(a.out, report)
     print(f"toolrank {report['toolrank']} @ {commit}; fastapi {fastapi.__version__}, jinja2 {jinja2.__version__}; "
           f"{a.n} fetches per page, in process\n")
     print("| page | p50 (ms) | p90 (ms) | target |")
@@ -100,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in p50:
         target = "≤ 200" if "beyond" in k or not ("search in it" in k or "POST" in k) else ""
         print(f"| {k} | {p50[k]:.1f} | {report['p90_ms'].get(k, '')} | {target} |")
+    print("\n" + stamp_line(report["environment"]))
     return 0
 
 

@@ -17,17 +17,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import environment_stamp  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 STAGES = ("bm25", "dense", "hybrid", "logit", "scorer")
 
@@ -60,10 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
     encoder = OnnxEncoder()
     policy = Policy()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out: dict = {"environment": environment_stamp(), "commit": commit, "package": package_version(), "model": str(a.model),
+    environment = environment_stamp()
+    commit = environment["commit"]
+    out: dict = {"environment": environment, "commit": commit, "package": package_version(), "model": str(a.model),
                  "model_version": json.loads((a.model / "config.json").read_text()).get("version"),
-                 "onnxruntime": onnxruntime.__version__, "python": platform.python_version(), "n": a.n,
+                 "onnxruntime": onnxruntime.__version__, "python": environment["python"], "n": a.n,
                  "score_top": policy.score_top, "runs": {}}
     t0 = time.time()
     rows = []
@@ -100,13 +98,14 @@ def main(argv: list[str] | None = None) -> int:
                                                       for st in STAGES), flush=True)
     out["seconds"] = round(time.time() - t0, 1)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(out, indent=0))
+    write_result(a.out, out, indent=0)
     print(f"\ntoolrank {out['package']} @ {commit}, model {out['model_version']}; lenient rank 1 / top 5 (%), day one\n")
     print("| corpus / need | n | bm25 | dense | hybrid | logit | **pipeline** | pipeline vs hybrid at rank 1 |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for key, n, figs, wins, losses, pval in rows:
         print(f"| {key} | {n} | " + " | ".join(f"{figs[st]['top1']:.1f} / {figs[st]['top5']:.1f}" for st in STAGES)
               + f" | +{wins} / −{losses} (p {pval:.2g}) |")
+    print("\n" + stamp_line(out["environment"]))
     return 0
 
 

@@ -30,8 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 from retrieval.jsonl import read_jsonl  # noqa: E402
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--conditions: choose from {', '.join(CONDITIONS)}")
     if not GENERATED.exists():
         p.error(f"{GENERATED} is missing")
-    results: dict = {"score_top": a.score_top, "stages": a.stages.split(","), "runs": {}}
+    results: dict = {"environment": environment_stamp(), "score_top": a.score_top, "stages": a.stages.split(","), "runs": {}}
     with tempfile.TemporaryDirectory() as tmp:
         examples = Path(tmp) / "examples.jsonl"
         results["replaced_tools"] = merged_examples(examples)
@@ -116,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{queries} / {condition} ...", file=sys.stderr, flush=True)
                 rep = run_eval(condition, queries, a.stages, a.score_top, examples)
                 results["runs"][f"{queries}/{condition}"] = rep
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(results, indent=1) + "\n")
+    write_result(a.out, results)
 
     stages = results["stages"]
     print(f"\nrank 1 / top 5 (%), test servers' tools with shipped, generated or no example requests "
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{queries}: {last} rank 1, generated − shipped = {100 * (got['generated'] - got['shipped']):+.1f} points")
         if "none" in got and "shipped" in got:
             print(f"{queries}: {last} rank 1, none − shipped = {100 * (got['none'] - got['shipped']):+.1f} points")
-    print(f"\nwritten {a.out}")
+    print(f"\n{stamp_line(results['environment'])}\nwritten {a.out}")
     return 0
 
 

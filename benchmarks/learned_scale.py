@@ -21,9 +21,6 @@ table stamped with the commit and library versions; JSON in ``benchmarks/results
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,10 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import environment_stamp  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 CONTEXTS = ["for the berlin office", "before friday's review", "as the on-call engineer", "for our biggest customer",
             "quickly please", "for the quarterly audit", "from my phone", "for the new intern", "after the outage",
@@ -108,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
             pipe.search(q.query, **kw)
             times[name].append(1000 * (time.perf_counter() - t1))
     p50 = {k: float(np.median(v)) for k, v in times.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    environment = environment_stamp()
+    commit = environment["commit"]
     report = {
-        "environment": environment_stamp(), "commit": commit, "toolrank": package_version(), "python": platform.python_version(),
+        "environment": environment, "commit": commit, "toolrank": package_version(), "python": environment["python"],
         "onnxruntime": onnxruntime.__version__, "numpy": np.__version__, "threads": a.threads,
         "tools_taught": len(tools), "per_tool": a.per_tool, "learned_requests": learned.total,
         "store_mb": round(size_mb, 1), "setup_seconds": round(setup_s, 1),
@@ -124,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "same_first_tool": first.tools[0].tool_id == first_plain.tools[0].tool_id if first.tools and first_plain.tools else None,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=1) + "\n")
+    write_result(a.out, report)
     print(f"toolrank {report['toolrank']} @ {commit}; onnxruntime {report['onnxruntime']}, {a.threads} threads")
     print(f"tenant: {learned.total:,} learned requests on {len(tools):,} tools ({a.per_tool} each); store {size_mb:.1f} MB\n")
     print("| | no learned examples | learned examples | ratio | target |")
@@ -134,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| warm p50 (ms, {report['n']} dev questions) | {report['warm_p50_ms']['no learned examples']} | "
           f"{report['warm_p50_ms']['learned examples']} | {report['warm_ratio']} | <= 1.5 |")
     print(f"| warm p90 (ms) | {report['warm_p90_ms']['no learned examples']} | {report['warm_p90_ms']['learned examples']} | | |")
+    print("\n" + stamp_line(report["environment"]))
     return 0
 
 

@@ -18,7 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import stamp_figure, stamp_line, write_result  # noqa: E402
 
 from retrieval.jsonl import read_jsonl  # noqa: E402
 
@@ -66,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             cells += [f"{r.get(f'{s}_mrr', float('nan')):.3f}", f"{100 * r.get(f'{s}_top1', float('nan')):.1f}",
                       f"{100 * r.get(f'{s}_top5', float('nan')):.1f}"]
         print("| " + " | ".join(cells) + " |")
+    print("\n" + stamp_line())
     if a.out:
         import matplotlib
 
@@ -89,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
+        stamp_figure(fig)
         fig.savefig(a.out.with_suffix(".png"), dpi=120)
-        a.out.with_suffix(".json").write_text(json.dumps({"rows": rows}, indent=1))
+        write_result(a.out.with_suffix(".json"), {"rows": rows, "curves": [str(c) for c in a.curve]})
         print(f"wrote {a.out.with_suffix('.png')}")
     return 0
 

@@ -1,6 +1,8 @@
 """Print the README's quality tables (markdown) from the JSON files benchmarks/ablation.py writes.
 
     python benchmarks/make_tables.py benchmarks/results
+
+The tables go to stdout; the environment stamps of the files they come from (and of this run) to stderr.
 """
 
 from __future__ import annotations
@@ -8,6 +10,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import input_stamps, stamp_line  # noqa: E402
 
 RUNS = [  # (file stem, label)
     ("test_ex", "test, request alone, examples indexed"),
@@ -160,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         print("| measure | value |\n|---|---:|")
         print(f"| AUROC of the best probability | {a['auroc_request']:.3f} |")
         print(f"| proceed, a tool fits / none fits | {pct(a['proceed_first_when_fit'])} / {pct(a['proceed_first_when_none'])} |")
+    # The environment each table's numbers were measured in (the inputs' stamps) and this printing's, on
+    # stderr: stdout stays the markdown that is pasted into the docs.
+    read = {f.name: json.loads(f.read_text()) for f in sorted(d.glob("*.json"))
+            if f.stem in dict(RUNS) or f.stem in ("test_abstain", "test_nofit", "independent_abstain")}
+    print("\nMeasured in:\n" + "\n".join(f"- {line}" for line in input_stamps(read))
+          + f"\nPrinted with {stamp_line()}", file=sys.stderr)
     return 0
 
 

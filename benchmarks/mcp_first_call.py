@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +22,9 @@ from pathlib import Path
 
 import anyio
 
-ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, median, stamp_line  # noqa: E402
 
 
 async def first_call(config: Path, cache: Path) -> tuple[float, dict]:
@@ -57,9 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         best = answer["tools"][0] if answer.get("tools") else {}
         print(f"round {i + 1}: {seconds:.2f} s  ({answer['decision']}, first {best.get('server')}/{best.get('name')}, "
               f"starting {answer.get('starting', [])})", flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    print(f"\nfirst find_tools from a fresh cache: median {statistics.median(times):.2f} s over {len(times)} rounds "
-          f"(commit {commit}, {os.cpu_count()} cores)")
+    print(f"\nfirst find_tools from a fresh cache: median {median(times):.2f} s over {len(times)} rounds\n"
+          f"{stamp_line()}")
     return 0
 
 

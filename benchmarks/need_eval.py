@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import environment_stamp  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 from retrieval.evaluation.harness import STAGES, evaluate, load_queries, pipeline_rerankers  # noqa: E402
 from retrieval.evaluation.paired import paired_top1  # noqa: E402
@@ -107,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         set_, cond = key.split(" / ")
         print(f"| {set_} | {cond} | " + " | ".join(f"{100 * s[st]['top1']:.1f} / {100 * s[st]['top5']:.1f}"
                                                  for st in STAGES) + f" | {cell} |")
-    a.out.write_text(json.dumps(results, indent=0))
+    write_result(a.out, results, indent=0)
+    print("\n" + stamp_line(results["environment"]))
     return 0
 
 

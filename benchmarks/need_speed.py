@@ -12,19 +12,16 @@ is off (the three ways search the same requests).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import environment_stamp  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             f(q)
             times[name].append(1e3 * (time.perf_counter() - t))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    stamp = {"environment": environment_stamp(), "commit": commit, "package": package_version(), "onnxruntime": onnxruntime.__version__,
-             "python": platform.python_version(), "machine": platform.processor() or platform.machine(),
+    environment = environment_stamp()
+    commit = environment["commit"]
+    stamp = {"environment": environment, "commit": commit, "package": package_version(), "onnxruntime": onnxruntime.__version__,
+             "python": environment["python"], "machine": platform.processor() or platform.machine(),
              "threads": a.threads, "n": len(qs)}
     base = float(np.median(times["0.6.0 default (no need)"]))
     rows = {k: {"p50_ms": float(np.median(v)), "p90_ms": float(np.percentile(v, 90)),
@@ -78,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if "p50_ms" in r:
             print(f"| {k} | {r['p50_ms']:.1f} | {r['p90_ms']:.1f} | {r['ratio_to_060']:.2f}x |")
     print(f"\nwith the need / without: {rows['need over no need']['ratio']:.2f}x")
-    a.out.write_text(json.dumps({**stamp, "rows": rows}, indent=1))
+    write_result(a.out, {**stamp, "rows": rows})
+    print("\n" + stamp_line(stamp["environment"]))
     return 0
 
 

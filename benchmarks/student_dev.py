@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.common import environment_stamp  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import environment_stamp, stamp_line, write_result  # noqa: E402
 
 
 def ranks(folder: Path, dev, depth: int, tools, threads: int) -> list[int]:
@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'':<9} second vs first at rank 1: +{wins} / -{losses} (exact McNemar p {pval:.3f})")
         result["sets"][tag] = entry
     if a.json:
-        a.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(a.json, result)
+    print("\n" + stamp_line(result["environment"]))
     return 0
 
 

@@ -32,10 +32,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import environment_stamp  # noqa: E402
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_figure, stamp_line, write_result  # noqa: E402
 
 from retrieval.catalog.formats import load_default_catalog  # noqa: E402
 from retrieval.catalog.model import Catalog, ToolId  # noqa: E402
@@ -212,6 +211,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     axes[0].legend(fontsize=7, loc="lower right")
     fig.suptitle("Learning from use on the test servers (retrieval-only ranking)")
     fig.tight_layout()
+    stamp_figure(fig, report.get("environment"))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
@@ -233,9 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--noise: shares in [0, 1), including 0 (the clean curve)")
     report = run(a)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(report, indent=1))
+    write_result(a.out, report)
     png = plot(report, a.out.with_suffix(".png")) if not a.quick else a.out
     print(table(report))
+    print(stamp_line(report["environment"]))
     print(f"\nsaved {a.out} and {png}")
     return 0
 
