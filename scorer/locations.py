@@ -7,20 +7,37 @@ copy shipped as the ``toolrank_models`` package. ``TOOLRANK_MODELS`` names a fol
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-__all__ = ["ENV_MODELS", "models_root", "RERANKER", "ENCODER"]
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["ENV_MODELS", "ModelSettings", "models_root", "RERANKER", "ENCODER"]
 
 ENV_MODELS = "TOOLRANK_MODELS"
 RERANKER = "toolrank-reranker"
 ENCODER = "toolrank-encoder"
 
 
+class ModelSettings(BaseSettings):
+    """``TOOLRANK_MODELS``, read when constructed; empty (or blank) counts as unset."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
+
+    models: Path | None = Field(
+        None, description="A folder holding toolrank-reranker/ and toolrank-encoder/ (default: the installed copy).")
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return (value.strip() or None) if isinstance(value, str) else value
+
+
 def models_root() -> Path:
-    env = os.environ.get(ENV_MODELS, "").strip()
-    if env:
-        return Path(env).expanduser()
+    """``$TOOLRANK_MODELS``, else the installed ``toolrank_models`` package, else ``models/`` of the checkout."""
+    configured = ModelSettings().models
+    if configured is not None:
+        return configured.expanduser()
     try:
         import toolrank_models
         return Path(toolrank_models.__file__).resolve().parent

@@ -19,10 +19,66 @@ __all__ = ["main", "build_parser"]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
+# Settings fields with no option of their own: the tenants file is --config (with neither --config nor
+# TOOLRANK_CONFIG the service runs open: auth_disabled); fail_fast and failure_file are this command's.
+NOT_OPTIONS = frozenset({"config", "auth_disabled", "fail_fast", "failure_file"})
+# Options not named after their field. The rule: `max_queue` is --max-queue, a field in seconds drops its
+# `_s` (--poll-interval), and a setting that is on by default is turned off with --no-<name> (--no-ui).
+OPTION_NAMES = {"index_dir": "--index", "model_dir": "--model", "public_suggestions": "--no-suggestions"}
+# What an option's help says besides the field's description.
+NOTES = {"qdrant_api_key": "prefer the variable: options are visible to other users",
+         "public_suggestions": "off, the shipped catalog's index is not loaded either"}
+_UNITS = {"_s": "SECONDS", "_mb": "MB", "_days": "DAYS", "_bytes": "BYTES", "_url": "URL", "_key": "KEY"}
+
+
+def option_fields() -> list[str]:
+    """The settings fields that are options of ``toolrank serve``, the service's own first."""
+    from .settings import BackendSettings, Settings
+
+    own = [n for n in Settings.model_fields if n not in BackendSettings.model_fields]
+    return [n for n in own + list(BackendSettings.model_fields) if n not in NOT_OPTIONS]
+
+
+def _is_location(name: str, kind: Any) -> bool:
+    """A file or folder: made absolute before the workers see it."""
+    return kind is Path or name.endswith(("_dir", "_path"))
+
+
+def _add_option(group: Any, name: str) -> None:
+    """One option made from a settings field: its name, type, choices and help (the field's description,
+    its default and its variable); argparse's default is None, so an option not given leaves the variable,
+    and then the field's default, in force."""
+    from .settings import Settings, variable
+
+    info = Settings.model_fields[name]
+    kind = next((a for a in getattr(info.annotation, "__args__", ()) if a is not type(None)), info.annotation)
+    env = variable(Settings, name)
+    notes = [NOTES[name]] if name in NOTES else []
+    if kind is bool:
+        flag = "--no-" + name.replace("_", "-") if info.default else "--" + name.replace("_", "-")
+        notes.insert(0, f"on by default; this option turns it off: ${env}=0" if info.default else f"${env}=1")
+        kwargs: dict[str, Any] = {"action": "store_const", "const": not info.default}
+    else:
+        flag = "--" + (name[:-2] if name.endswith("_s") else name).replace("_", "-")
+        choices = (info.json_schema_extra or {}).get("enum") if isinstance(info.json_schema_extra, dict) else None
+        unit = next((u for suffix, u in _UNITS.items() if name.endswith(suffix)), None)
+        metavar = ("DIR" if name.endswith(("_dir", "_path")) else "FILE") if _is_location(name, kind) else unit
+        kwargs = {"type": Path if kind is Path else kind if kind in (int, float) else str,
+                  "choices": choices, "metavar": None if choices else metavar}
+        if info.default is not None:
+            notes.append(f"default {info.default:g}" if isinstance(info.default, float) else f"default {info.default}")
+        notes.append(f"${env}")
+    help_text = f"{info.description} ({'; '.join(notes)})".replace("%", "%%")
+    group.add_argument(OPTION_NAMES.get(name, flag), dest=name, default=None, help=help_text, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .settings import BackendSettings
+
     p = argparse.ArgumentParser(
         prog="toolrank serve",
-        description="Serve tool search and scoring over HTTP (see /docs once running).",
+        description="Serve tool search and scoring over HTTP (see /docs once running). Every service setting "
+                    "is an option here and a TOOLRANK_* variable; an option wins over its variable.",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
@@ -30,25 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="tenants file (TOML/JSON): API key hashes, servers, thresholds "
                                               "(default: $TOOLRANK_CONFIG). Without either the service runs open, "
                                               "on loopback only.")
-    p.add_argument("--index", type=Path, dest="index_dir",
-                   help="index store folder shared by workers and replicas (seeded on first start)")
-    p.add_argument("--catalog", type=Path, help="catalog file to build the first index from (empty store only)")
-    p.add_argument("--backend", choices=["embedded", "qdrant"], default=None,
-                   help="index backend: embedded (default; bm25s + FAISS per worker, --index folder) or qdrant "
-                        "(one shared collection, no folder)")
-    p.add_argument("--qdrant-url", metavar="URL", help="Qdrant server for --backend qdrant (http://host:6333)")
-    p.add_argument("--qdrant-api-key", metavar="KEY",
-                   help="Qdrant API key (prefer TOOLRANK_QDRANT_API_KEY: options are visible to other users)")
-    p.add_argument("--qdrant-path", type=Path, metavar="DIR", help="embedded Qdrant folder instead of a server (1 worker)")
-    p.add_argument("--collection", help="Qdrant collection (default toolrank)")
-    p.add_argument("--model", type=Path, dest="model_dir", help="scorer model folder (default: the shipped one)")
-    p.add_argument("--no-suggestions", action="store_true",
-                   help="no public-server suggestions on no_fit (skips loading the shipped catalog's index)")
-    p.add_argument("--poll-interval", type=float, default=None,
-                   help="seconds between checks for a newer index version (default 2)")
-    p.add_argument("--read-only", action="store_true",
-                   help="serve --index without ever writing to it (a read-only copy or replica); catalog changes "
-                        "are refused")
+    backend = p.add_argument_group("index backend")
+    for name in option_fields():
+        _add_option(backend if name in BackendSettings.model_fields else p, name)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)")
     p.add_argument("--app", default="serve.app:create_app", metavar="MODULE:FACTORY",
                    help="advanced: the app factory each worker calls (a custom pipeline, tests)")
@@ -59,35 +99,48 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _config_from(args: argparse.Namespace) -> Path | None:
     """The tenants file: ``--config``, else ``TOOLRANK_CONFIG`` from the environment."""
+    from .settings import Settings, environment_value
+
     if args.config is not None:
         return args.config
-    from_env = os.environ.get("TOOLRANK_CONFIG", "").strip()
+    from_env = environment_value(Settings, "config")
     return Path(from_env) if from_env else None
 
 
 def _env_for(args: argparse.Namespace) -> dict[str, str]:
+    """The ``TOOLRANK_*`` variables the options given set for the workers."""
+    from .settings import Settings, variable
+
     env = {}
     config = _config_from(args)
     if config is not None:
-        env["TOOLRANK_CONFIG"] = str(config.resolve())
+        env[variable(Settings, "config")] = str(config.resolve())
     else:
-        env["TOOLRANK_AUTH_DISABLED"] = "1"
-    for name, value in (("INDEX_DIR", args.index_dir), ("CATALOG", args.catalog), ("MODEL_DIR", args.model_dir)):
-        if value is not None:
-            env[f"TOOLRANK_{name}"] = str(Path(value).resolve())
-    if args.no_suggestions:
-        env["TOOLRANK_PUBLIC_SUGGESTIONS"] = "0"
-    if args.read_only:
-        env["TOOLRANK_READ_ONLY"] = "1"
-    env["TOOLRANK_FAIL_FAST"] = "1"  # a worker that cannot start exits (status 3) instead of idling unready
-    for name, value in (("BACKEND", args.backend), ("QDRANT_URL", args.qdrant_url),
-                        ("QDRANT_API_KEY", args.qdrant_api_key), ("COLLECTION", args.collection),
-                        ("QDRANT_PATH", args.qdrant_path and Path(args.qdrant_path).resolve())):
-        if value is not None:
-            env[f"TOOLRANK_{name}"] = str(value)
-    if args.poll_interval is not None:
-        env["TOOLRANK_POLL_INTERVAL_S"] = str(args.poll_interval)
+        env[variable(Settings, "auth_disabled")] = "1"
+    for name in option_fields():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "1" if value else "0"
+        elif _is_location(name, type(value)):
+            text = str(Path(value).resolve())
+        else:
+            text = str(value)
+        env[variable(Settings, name)] = text
+    env[variable(Settings, "fail_fast")] = "1"  # a worker that cannot start exits (status 3) instead of idling unready
     return env
+
+
+def _effective(env: dict[str, str], name: str) -> Any:
+    """A setting as the workers will see it: an option, else its variable, else the field's default."""
+    from .settings import Settings, environment_value, variable
+
+    given = env.get(variable(Settings, name))
+    if given is not None:
+        return given
+    found = environment_value(Settings, name)
+    return Settings.model_fields[name].default if found is None else found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,17 +177,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("WARNING: no --config: authentication is OFF and every caller is an admin. "
                          f"Serving on {args.host} only; pass --config FILE for API keys and tenants.\n")
 
+    from .settings import Settings, unknown_variables, variable
+
     env = _env_for(args)
-    backend = env.get("TOOLRANK_BACKEND") or os.environ.get("TOOLRANK_BACKEND") or "embedded"
-    if backend == "qdrant" and args.workers > 1 and (env.get("TOOLRANK_QDRANT_PATH") or os.environ.get("TOOLRANK_QDRANT_PATH")):
+    backend = _effective(env, "backend")
+    if backend == "qdrant" and args.workers > 1 and _effective(env, "qdrant_path") is not None:
         sys.stderr.write(f"--workers {args.workers}: an embedded Qdrant (--qdrant-path) serves one process; "
                          "run a Qdrant server (docker run -p 6333:6333 qdrant/qdrant) and pass --qdrant-url\n")
         return 2
     cleanup: list[Path] = []
-    if args.workers > 1 and args.index_dir is None and backend != "qdrant":  # workers must share one store
+    if args.workers > 1 and _effective(env, "index_dir") is None and backend != "qdrant":  # one shared store
         store = Path(tempfile.mkdtemp(prefix="toolrank-store-"))
         cleanup.append(store)
-        env["TOOLRANK_INDEX_DIR"] = str(store)
+        env[variable(Settings, "index_dir")] = str(store)
         sys.stderr.write(f"note: no --index: catalog changes live in {store} and are lost at exit\n")
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         _remove_orphaned_metrics_dirs()
@@ -147,14 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         os.close(fd)
         failure = Path(failure_file)
         cleanup.append(failure)
-        env["TOOLRANK_FAILURE_FILE"] = failure_file
+        env[variable(Settings, "failure_file")] = failure_file
     previous = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
 
     # Check settings and tenants here, so a bad file fails once with a clear message.
     from pydantic import ValidationError
 
-    from .settings import Settings, unknown_variables
     from .tenants import TenantConfigError, load_tenants
 
     try:

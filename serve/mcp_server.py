@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .mcp_gateway import DEFAULT_CALL_TIMEOUT_S, Components, Gateway, default_components, gateway_eligibility
+from .settings import GatewaySettings, variable
 
 if TYPE_CHECKING:
     from mcp import types
@@ -55,7 +56,7 @@ MAX_DESCRIPTION_CHARS = 2000        # per tool
 MAX_SCHEMA_CHARS = 4000             # per tool, the inputSchema as JSON
 MAX_ANSWER_CHARS = 16000            # per answer, all tools together
 _NESTED_DESCRIPTION_CHARS = 160
-TOKEN_ENV = "TOOLRANK_MCP_TOKEN"
+TOKEN_ENV = variable(GatewaySettings, "mcp_token")   # TOOLRANK_MCP_TOKEN
 
 # The descriptions are prompts: the calling model reads them to decide when and how to use the
 # tools. Keep them within the budget tested in tests/mcp/test_mcp_server.py.
@@ -391,7 +392,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _token(a: argparse.Namespace) -> str:
     """The bearer token: --token, else $TOOLRANK_MCP_TOKEN, else the one kept in the cache (made once)."""
-    token = a.token or os.environ.get(TOKEN_ENV)
+    configured = GatewaySettings().mcp_token
+    token = a.token or (configured.get_secret_value() if configured is not None else None)
     if token is not None:
         if len(token) < 16 or any(c.isspace() for c in token):
             raise ValueError("the bearer token must have at least 16 characters and no spaces")
@@ -712,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
         if http is None:
             anyio.run(serve_stdio, gateway, server)
         else:
-            anyio.run(serve_http, gateway, server, *http, token, sock, bool(a.token or os.environ.get(TOKEN_ENV)))
+            anyio.run(serve_http, gateway, server, *http, token, sock, bool(a.token or GatewaySettings().mcp_token))
     except KeyboardInterrupt:
         return 130
     return 0
@@ -721,9 +723,9 @@ def main(argv: list[str] | None = None) -> int:
 def _started_by_itself(config: Path) -> bool:
     """Whether a `toolrank mcp` (or `toolrank index`) on this same configuration started this one,
     however the entry wrapped it (uvx, pipx run, npx, bash -c, another venv)."""
-    from retrieval.catalog.mcp_harvest import ENV_PARENTS
+    from retrieval.settings import HarvestSettings
 
-    parents = [p for p in os.environ.get(ENV_PARENTS, "").split(os.pathsep) if p]
+    parents = HarvestSettings().parents()
     try:
         target = str(config.resolve())
     except OSError:

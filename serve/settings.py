@@ -1,42 +1,44 @@
 """Service settings: one frozen object, read from ``TOOLRANK_*`` environment variables.
 
 Built inside :func:`serve.app.create_app` (never at import time), so every uvicorn worker
-reads the same environment that ``toolrank serve`` prepared for it.
+reads the same environment that ``toolrank serve`` prepared for it; ``toolrank serve``'s options
+are made from its fields (:mod:`serve.cli`). :class:`GatewaySettings` is ``toolrank mcp``'s.
+
+:data:`SETTINGS` lists every settings class of the project, so :func:`unknown_variables` knows
+every ``TOOLRANK_*`` variable from their fields, with no list of names to keep by hand.
 """
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated, Literal, Mapping
+from typing import Annotated, Any, Mapping
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
-__all__ = ["Settings", "unknown_variables"]
+from retrieval.settings import BACKENDS, BackendSettings, HarvestSettings, LLMSettings, RetrievalSettings
+from scorer.locations import ModelSettings
+
+__all__ = ["SETTINGS", "GatewaySettings", "Settings", "environment_value", "known_variables", "unknown_variables",
+           "variable"]
 
 MIB = 1024 * 1024
 
 # A duration in seconds: more than zero; each field adds its own upper bound.
 Seconds = Annotated[float, Field(gt=0)]
 
-# TOOLRANK_* variables read elsewhere (model cache, LLM judge, internal hand-over from the CLI).
-# Read elsewhere than Settings: the cache and model folders, the LLM endpoint of `toolrank generate`,
-# the MCP gateway's bearer token and the recursion guard it sets for the servers it starts, and the
-# public corpora folder of the benchmarks.
-OTHER_VARIABLES = frozenset({"TOOLRANK_CACHE", "TOOLRANK_MODELS", "TOOLRANK_LLM_BASE_URL", "TOOLRANK_LLM_API_KEY",
-                             "TOOLRANK_LLM_MODEL", "TOOLRANK_MCP_TOKEN", "TOOLRANK_MCP_PARENTS",
-                             "TOOLRANK_PUBLIC_CORPORA"})
 
-
-class Settings(BaseSettings):
+class Settings(BackendSettings):
     """Everything the HTTP service can be told, validated at construction.
 
     Every field can be set through the environment as ``TOOLRANK_<FIELD>`` (for example
-    ``TOOLRANK_CONFIG=/etc/toolrank/tenants.toml``, ``TOOLRANK_AUTH_DISABLED=1``).
+    ``TOOLRANK_CONFIG=/etc/toolrank/tenants.toml``, ``TOOLRANK_AUTH_DISABLED=1``); an empty variable
+    counts as unset. The index backend's fields (``backend``, ``qdrant_url``, ``qdrant_api_key``,
+    ``qdrant_path``, ``collection``) are :class:`retrieval.settings.BackendSettings`'.
     """
 
-    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, frozen=True, extra="forbid")
 
     config: Path | None = Field(
         None, description="Tenants file (TOML or JSON): API key hashes, allowed servers and tools, thresholds.")
@@ -58,14 +60,6 @@ class Settings(BaseSettings):
     poll_interval_s: Seconds = Field(
         2.0, le=60, description="How often a worker checks the store for a newer index version.")
     keep_versions: int = Field(5, ge=2, le=100, description="Index versions kept on disk (older ones are deleted).")
-    backend: Literal["embedded", "qdrant"] = Field(
-        "embedded", description="Index backend: 'embedded' (bm25s + FAISS in each worker, a shared index folder) or "
-                                "'qdrant' (one shared Qdrant collection; workers and replicas hold no index).")
-    qdrant_url: str | None = Field(None, description="Qdrant server for backend 'qdrant' (http://host:6333).")
-    qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server, if it has one.")
-    qdrant_path: Path | None = Field(
-        None, description="An embedded Qdrant (local mode) in this folder instead of a server: one worker only.")
-    collection: str = Field("toolrank", min_length=1, max_length=255, description="Qdrant collection name.")
     max_body_bytes: int = Field(MIB, ge=1024, le=64 * MIB, description="Largest accepted request body (413 above).")
     max_concurrency: int = Field(
         4, ge=1, le=256, description="Pipeline calls run at once per worker; further requests wait their turn.")
@@ -99,7 +93,7 @@ class Settings(BaseSettings):
     failure_file: Path | None = Field(
         None, description="Internal (set by `toolrank serve`): where a worker writes why start-up failed.")
     ui: bool = Field(True, description="Serve the operator console at /ui (the same keys and tenant rules as the "
-                                       "API; nothing readable without a key). TOOLRANK_UI=0 turns it off.")
+                                       "API; nothing readable without a key).")
     write_examples_timeout_s: Seconds = Field(
         120.0, description="Bound on the example writing of one PUT /v1/servers/{name}?write_examples=true as a "
                            "whole; tools not written by then are indexed without examples (the answer says so).")
@@ -118,6 +112,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _backend_is_configured(self) -> "Settings":
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r} (TOOLRANK_BACKEND, --backend): use "
+                             f"{' or '.join(BACKENDS)}")
         if self.backend == "qdrant" and (self.qdrant_url is None) == (self.qdrant_path is None):
             raise ValueError("backend 'qdrant' needs TOOLRANK_QDRANT_URL (a server, e.g. http://localhost:6333) or "
                              "TOOLRANK_QDRANT_PATH (an embedded Qdrant for one worker), exactly one of them")
@@ -146,10 +143,48 @@ class Settings(BaseSettings):
         return self
 
 
+class GatewaySettings(BaseSettings):
+    """``toolrank mcp``'s: ``TOOLRANK_MCP_TOKEN`` and ``TOOLRANK_LEARN_FROM_USE``."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
+
+    mcp_token: SecretStr | None = Field(
+        None, description="With --http: the bearer token clients must send (default: one kept in the cache).")
+    learn_from_use: bool = Field(
+        True, description="Learn example requests from the tools the agent calls; TOOLRANK_LEARN_FROM_USE=0 "
+                          "switches it off.")
+
+
+# Every settings class, each the only reader of its variables. The LLM endpoint's (LLMSettings) is read
+# by training/llm.py's LLMConfig.from_env until that client reads it through the class.
+SETTINGS: tuple[type[BaseSettings], ...] = (Settings, GatewaySettings, RetrievalSettings, HarvestSettings,
+                                            LLMSettings, ModelSettings)
+
+
+def variable(cls: type[BaseSettings], field: str) -> str:
+    """The environment variable of one field, as ``cls()`` reads it (``TOOLRANK_<FIELD>``)."""
+    if field not in cls.model_fields:
+        raise ValueError(f"{cls.__name__} has no field {field!r}")
+    return (cls.model_config.get("env_prefix", "") + field).upper()
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``TOOLRANK_*`` variable some settings class reads."""
+    return frozenset(variable(cls, name) for cls in SETTINGS for name in cls.model_fields)
+
+
+def environment_value(cls: type[BaseSettings], field: str) -> Any:
+    """One field's value in the environment, read as ``cls()`` reads it (None when unset or empty), before
+    the whole object can be built (``toolrank serve`` looks for the tenants file before the settings are
+    complete)."""
+    variable(cls, field)   # a field of cls
+    return EnvSettingsSource(cls)().get(field)
+
+
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """One warning per ``TOOLRANK_*`` variable that nothing reads (a misspelling is otherwise silently
     ignored), with the nearest known name when there is one."""
-    known = {f"TOOLRANK_{name.upper()}" for name in Settings.model_fields} | OTHER_VARIABLES
+    known = known_variables()
     out = []
     for name in sorted(n for n in environ if n.upper().startswith("TOOLRANK_")):
         if name.upper() in known:

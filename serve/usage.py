@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from retrieval.catalog.model import ToolId
 from retrieval.index.learned import DEFAULT_LIMIT, LearnedExamples, fold_request
@@ -58,6 +57,7 @@ from retrieval.jsonl import dumps_line, read_jsonl
 from retrieval.redaction import redact_secrets
 
 from .index_store import IndexStore, StoreError
+from .settings import GatewaySettings
 
 __all__ = ["GatewayUsage", "TenantUsage", "UsageBook", "FeedbackOutcome", "tenant_folder", "usage_root_for", "main"]
 
@@ -717,13 +717,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ------------------------------------------------------------------ the MCP gateway (one user)
-
-
-class GatewaySettings(BaseSettings):
-    """``TOOLRANK_LEARN_FROM_USE=0`` switches learning off for ``toolrank mcp``."""
-
-    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", extra="ignore")
-    learn_from_use: bool = True
 
 
 class GatewayUsage:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Literal, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+from retrieval.settings import HarvestSettings
 from retrieval.version import package_version
 
 from .formats import tools_from_mcp_list
@@ -82,7 +83,7 @@ _CLIENT_KEYS = {"autoApprove", "alwaysAllow", "source", "settings", "dev", "gall
 # write "mcpServers"; VS Code "servers" (.vscode/mcp.json) or "mcp": {"servers"} (settings.json);
 # Zed "context_servers" (settings.json).
 _SECTIONS = (("mcpServers",), ("servers",), ("mcp", "servers"), ("context_servers",))
-ENV_PARENTS = "TOOLRANK_MCP_PARENTS"     # set for every stdio server: the configurations above it
+ENV_PARENTS = "TOOLRANK_MCP_PARENTS"     # set for every stdio server: the configurations above it (HarvestSettings)
 RECURSIVE_SERVER_NAME = "toolrank-refused-recursion"
 
 
@@ -720,7 +721,7 @@ async def open_session(spec: ServerSpec, *, timeout_s: float = DEFAULT_TIMEOUT_S
         if spec.command is not None:
             # Each stdio server learns which configurations started it: a `toolrank mcp` among them
             # (however it was wrapped) refuses to start that configuration's servers again.
-            parents = [p for p in os.environ.get(ENV_PARENTS, "").split(os.pathsep) if p]
+            parents = HarvestSettings().parents()
             if spec.origin is not None:
                 parents.append(str(spec.origin.resolve()))
             env = {**(spec.env or {}), ENV_PARENTS: os.pathsep.join(parents)}
