@@ -69,7 +69,7 @@ def measure_harvest(config, rounds: int) -> dict[str, list[float]]:
 
 
 def gateway_args(config_path: Path, index_dir: Path) -> list[str]:
-    return ["-m", "retrieval.cli", "mcp", "--mcp-config", str(config_path), "--index", str(index_dir),
+    return ["-m", "serve.commands", "mcp", "--mcp-config", str(config_path), "--index", str(index_dir),
             "--no-suggestions", "--no-save"]
 
 

@@ -1,5 +1,9 @@
-"""``toolrank``: a thin dispatcher. Each subcommand imports what it needs when it runs,
-so ``toolrank search`` never loads torch."""
+"""retrieval's own ``toolrank`` commands: ``index``, ``search``, ``eval`` and ``servers``.
+
+The ``toolrank`` command itself is :mod:`serve.commands`, in the package above all others: it adds
+these to the commands of ``serve/`` and ``training/``. :func:`main` runs these four alone
+(``python -m retrieval.cli search ...``). Each command imports what it needs when it runs, so
+``toolrank search`` never loads torch."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["add_commands", "build_parser", "main", "quiet_broken_pipe", "run", "toolrank_command"]
 
 SHIPPED_QUESTIONS = Path(__file__).resolve().parent.parent / "training" / "data" / "questions.jsonl"
 
@@ -130,11 +134,12 @@ def _write_examples(a: argparse.Namespace, cat, cache: Path):
     """``(catalog with example requests, exit status)``, or ``(None, 0)`` after a dry run.
     Status 1 when the endpoint failed for some tools (they are indexed without examples)."""
     from .index.examples import format_dry_run, llm_client, plan_examples, write_examples
+    from .pipeline.tokens import TokenCounter
 
+    plan = plan_examples(cat, cache, count_tokens=TokenCounter().count_text)
     if a.dry_run:
-        print(format_dry_run(plan_examples(cat, cache)))
+        print(format_dry_run(plan))
         return None, 0
-    plan = plan_examples(cat, cache)
     print(plan.format())
     if not plan.todo:
         client = None
@@ -331,28 +336,17 @@ def cmd_servers(a: argparse.Namespace) -> int:
     return 0
 
 
-def _forward(module: str, argv: list[str]) -> int:
-    import importlib
-    return int(importlib.import_module(module).main(argv) or 0)
-
-
-FORWARDED = {
-    "train": ("training.train", "fine-tune the cross-encoder (needs the [train] extra)"),
-    "calibrate": ("training.calibrate", "fit the confidence model on dev"),
-    "export": ("training.export", "export a trained cross-encoder to ONNX"),
-    "generate": ("training.generate", "generate examples, questions and judgments through an LLM"),
-    "data": ("training.dataset", "validate or summarise the shipped data set"),
-    "serve": ("serve.cli", "run the HTTP service"),
-    "examples": ("serve.usage", "list or remove example requests learned from use (toolrank examples list|remove)"),
-    "mcp": ("serve.mcp_server", "run toolrank as an MCP server (find_tools; call_tool as a gateway with --mcp-config)"),
-}
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """A parser of these four commands alone (``toolrank``'s whole parser is :mod:`serve.commands`'s)."""
     p = argparse.ArgumentParser(prog="toolrank", description="Find the MCP tools that fit a request, with calibrated confidence.")
     p.add_argument("-v", "--verbose", action="store_true")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    add_commands(p.add_subparsers(dest="cmd", required=True))
+    return p
 
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Add ``index``, ``search``, ``eval`` and ``servers`` to a ``toolrank`` parser's subcommands;
+    :func:`run` runs what they parse."""
     s = sub.add_parser("index", help="build an index from a catalog file, or from an MCP client configuration")
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--catalog", type=Path, help="a catalog file to index (JSON, JSONL, MCP-Zero or an MCP tools/list answer)")
@@ -427,39 +421,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_index_source(s)
     s.set_defaults(func=cmd_servers)
 
-    for name, (_, help_text) in FORWARDED.items():
-        sub.add_parser(name, help=help_text, add_help=False)
-    return p
+
+def quiet_broken_pipe() -> int:
+    """After a reader closed the pipe early (``toolrank examples list | head``): stdout pointed at
+    /dev/null (Python's documented way, so the interpreter's final flush is quiet), and 141, as a
+    shell reports a command that a closed pipe ended (128 + SIGPIPE)."""
+    import os
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``toolrank``; a reader that closes the pipe early (``toolrank examples list | head``) ends it quietly."""
+    """These four commands alone; a reader that closes the pipe early ends them quietly."""
     try:
-        return _main(argv)
+        return run(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
-        # Python's documented way: point stdout at /dev/null so the interpreter's final flush is quiet
-        import os
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        return 141   # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
+        return quiet_broken_pipe()
 
 
-def _main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    head = 1 if argv[:1] in (["-v"], ["--verbose"]) else 0   # `toolrank -v serve ...`
-    if len(argv) > head and argv[head] in FORWARDED:
-        if head:
-            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        try:
-            return _forward(FORWARDED[argv[head]][0], argv[head + 1:])
-        except ModuleNotFoundError as exc:
-            print(f"toolrank {argv[head]}: missing dependency {exc.name!r}; install with: pip install -e '.[train]'",
-                  file=sys.stderr)
-            return 2
-    parser = build_parser()
-    a = parser.parse_args(argv)
+def run(a: argparse.Namespace) -> int:
+    """Run a command that :func:`add_commands` parsed: 2 and one line on stderr for a domain error
+    (no traceback), 130 on Ctrl-C; BrokenPipeError is left to the caller."""
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("retrieval.index.default").setLevel(logging.INFO)  # "building the default index … (once)"
     if getattr(a, "k", None) is None and a.cmd == "search":

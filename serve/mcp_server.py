@@ -762,7 +762,7 @@ def _ancestor_runs(config: str, *, pid: int | None = None, depth: int = 32) -> b
 
 def _runs_on(args: list[str], cwd: str, config: str) -> bool:
     """``args`` run ``toolrank mcp`` or ``toolrank index`` with ``--mcp-config`` naming ``config``."""
-    if not any("toolrank" in a or a in ("retrieval.cli", "serve.mcp_server") for a in args):
+    if not any("toolrank" in a or a in ("serve.commands", "retrieval.cli", "serve.mcp_server") for a in args):
         return False
     for i, a in enumerate(args):
         value = args[i + 1] if a == "--mcp-config" and i + 1 < len(args) else \

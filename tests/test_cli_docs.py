@@ -28,7 +28,7 @@ class _Captured(Exception):
 
 def _parser_of(command: str) -> argparse.ArgumentParser:
     """The parser a forwarded command builds (captured at its parse_args, before anything runs)."""
-    from retrieval.cli import FORWARDED as table
+    from serve.commands import FORWARDED as table
 
     module = importlib.import_module(table[command][0])
     real = argparse.ArgumentParser.parse_args
@@ -47,7 +47,7 @@ def _parser_of(command: str) -> argparse.ArgumentParser:
 
 def commands() -> dict[str, argparse.ArgumentParser]:
     """``toolrank`` subcommand -> its parser (a subcommand's own sub-subcommands as ``cmd sub``)."""
-    from retrieval.cli import build_parser
+    from serve.commands import build_parser
 
     out: dict[str, argparse.ArgumentParser] = {}
     top = build_parser()

@@ -1,6 +1,6 @@
-"""The import layers: scorer below retrieval below serve and training, and retrieval's rooms in order
-(import-linter, pyproject.toml), and no module reached by an import string except through the CLI's
-one dispatch table."""
+"""The import layers: scorer below retrieval below training below serve (whose serve/commands.py is the
+`toolrank` command), the service never reaching training, and retrieval's rooms in order (import-linter,
+pyproject.toml, no ignored imports); no module reached by an import string."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("scorer", "retrieval", "serve", "training")
 # The only places allowed to import a module named by a string:
 ALLOWED = {
-    "retrieval/cli.py": "the dispatch table FORWARDED (toolrank train / serve / mcp ...)",
     "serve/mcp_server.py": "--components MODULE:FUNC, a user-named factory (like uvicorn's --app)",
 }
 
@@ -45,20 +44,25 @@ def _string_imports(path: Path) -> list[int]:
     return lines
 
 
-def test_no_hidden_arrows_outside_the_dispatch_table():
+def test_the_contracts_ignore_no_import():
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "ignore_imports" not in text.split("[tool.importlinter]", 1)[1]
+
+
+def test_no_hidden_arrows():
     found = {}
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             if rel not in ALLOWED and (lines := _string_imports(path)):
                 found[rel] = lines
-    assert not found, f"modules imported by a string outside the CLI's dispatch table: {found}"
+    assert not found, f"modules imported by a string: {found}"
 
 
 def test_the_dispatch_table_names_modules_that_exist_with_a_main():
     import importlib.util
 
-    from retrieval.cli import FORWARDED
+    from serve.commands import FORWARDED
 
     for command, (module, _) in FORWARDED.items():
         assert module.split(".")[0] in ("serve", "training"), command
@@ -66,6 +70,20 @@ def test_the_dispatch_table_names_modules_that_exist_with_a_main():
         assert spec is not None and spec.origin, f"toolrank {command}: no module {module}"
         tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
         assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), f"{module} has no main()"
+        # main_of imports exactly the module the table names (the table is what docs and tests read)
+        source = (ROOT / "serve" / "commands.py").read_text(encoding="utf-8")
+        relative = "." + module.split(".", 1)[1] if module.startswith("serve.") else module
+        assert f"from {relative} import main" in source, f"toolrank {command}: main_of does not import {module}"
+
+
+def test_the_toolrank_script_is_the_command_in_the_top_package():
+    import sys
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts == {"toolrank": "serve.commands:main"}
 
 
 def test_scorer_reads_tools_through_its_own_protocol():

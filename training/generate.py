@@ -27,26 +27,17 @@ import json
 import logging
 import random
 import sys
-import threading
-import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from retrieval.catalog.formats import load_catalog, load_examples
 from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
-from retrieval.jsonl import dumps_line, split_lines
+from retrieval.jsonl import split_lines
+from retrieval.writing.llm import ChatClient, GenerationError, LLMConfig
+from retrieval.writing.prompting import example_messages, parse_examples
+from retrieval.writing.runner import JsonlOutput, RunStats, ask, row_key, run_jobs
 from training.judge import JUDGE_METHODS, EndpointJudge, Judgment, LlamaCppJudge
-from training.llm import ChatClient, GenerationError, LLMConfig
-from training.prompting import (
-    STYLES,
-    ContentError,
-    example_messages,
-    parse_examples,
-    parse_questions,
-    question_messages,
-)
+from training.prompting import STYLES, parse_questions, question_messages
 
 __all__ = [
     "CandidatesFn",
@@ -68,163 +59,6 @@ logger = logging.getLogger(__name__)
 CandidatesFn = Callable[[Mapping[str, Any], int], Sequence[tuple[str, str]]]
 #: ``judge(query, need, tool)`` -> :class:`~training.judge.Judgment`.
 Judge = Callable[[str, "str | None", Tool], Judgment]
-
-
-@dataclass(frozen=True)
-class RunStats:
-    """What one run did: jobs in all, skipped as already written, done now, rows written now."""
-
-    total: int
-    skipped: int
-    done: int
-    rows: int
-
-
-# ---------------------------------------------------------------- resumable JSONL output
-
-
-class _JsonlOutput:
-    """An append-only JSONL file that knows which keys it already holds."""
-
-    def __init__(self, path: str | Path, key: Callable[[dict], Hashable]):
-        self.path = Path(path)
-        self.key = key
-        self.done: set[Hashable] = set()
-        self._lock = threading.Lock()
-        self._read()
-
-    def _read(self) -> None:
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            head, _, tail = data.rpartition(b"\n")
-            try:
-                json.loads(tail)
-                data += b"\n"
-            except ValueError:
-                logger.warning("%s: dropping an unfinished last line (an interrupted run)", self.path)
-                data = head + b"\n" if head else b""
-            self.path.write_bytes(data)
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise GenerationError(f"{self.path}: not UTF-8 text ({exc}); write to another --out file") from None
-        for lineno, line in enumerate(split_lines(text), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                self.done.add(self.key(row))
-            except (ValueError, KeyError, TypeError):
-                raise GenerationError(
-                    f"{self.path}, line {lineno}: not a row of this kind; fix or remove the line, "
-                    "or write to another --out file") from None
-
-    def append(self, rows: Sequence[dict]) -> None:
-        if not rows:
-            return
-        text = "".join(dumps_line(r) + "\n" for r in rows)
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(text)
-            self.done.update(self.key(r) for r in rows)
-
-
-def _row_key(*fields: str, needs: Sequence[str] = ()) -> Callable[[dict], Hashable]:
-    """A row's resume key; KeyError when the row lacks a field of its kind."""
-    def key(row: dict) -> Hashable:
-        missing = [name for name in needs if name not in row]
-        if missing:
-            raise KeyError(missing[0])
-        return tuple(row[f] for f in fields)
-    return key
-
-
-def _run(jobs: Sequence[Any], work: Callable[[Any], list[dict]], out: _JsonlOutput, *,
-         total: int, skipped: int, concurrency: int, show_progress: bool, desc: str,
-         deadline: float | None = None) -> RunStats:
-    """Run ``work`` over ``jobs`` with at most ``concurrency`` in flight, appending rows in job order.
-
-    A finished job's rows are written once every earlier job's are (so the file follows
-    the catalog or questions order); on an error or interruption, whatever has finished
-    is written anyway. The first GenerationError stops new submissions; jobs already
-    running finish and their rows are kept; then the error is raised. Past ``deadline`` (a
-    ``time.monotonic()`` value) nothing new starts and jobs still running are abandoned (their rows
-    are not written): a :class:`GenerationError` says how many were left.
-    """
-    from tqdm import tqdm
-
-    if concurrency < 1:
-        raise GenerationError(f"concurrency {concurrency} must be >= 1")
-    done = rows = 0
-    error: BaseException | None = None
-    ready: dict[int, list[dict]] = {}
-    next_write = 0
-    bar = tqdm(total=len(jobs), desc=desc, unit="req", disable=not show_progress, file=sys.stderr)
-    pending: Iterator[tuple[int, Any]] = iter(enumerate(jobs))
-    in_flight: dict[Future, int] = {}
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="toolrank-gen")
-    late = False
-
-    def submit() -> None:
-        item = next(pending, None)
-        if item is not None:
-            in_flight[pool.submit(work, item[1])] = item[0]
-
-    try:
-        for _ in range(concurrency):  # no queue: after an error, nothing new starts
-            submit()
-        while in_flight:
-            left = None if deadline is None else deadline - time.monotonic()
-            finished, _ = wait(in_flight, timeout=None if left is None else max(0.0, left),
-                               return_when=FIRST_COMPLETED)
-            if not finished:   # the deadline passed with jobs still running: abandon them
-                late = True
-                error = error or GenerationError(
-                    f"the time allowed ran out with {len(jobs) - done} of {len(jobs)} job(s) unfinished")
-                break
-            for fut in finished:
-                index = in_flight.pop(fut)
-                try:
-                    ready[index] = fut.result()
-                except GenerationError as exc:
-                    error = error or exc
-                    continue
-                done += 1
-                rows += len(ready[index])
-                bar.update(1)
-                if error is None:
-                    submit()
-            while next_write in ready:
-                out.append(ready.pop(next_write))
-                next_write += 1
-            if error is not None and not in_flight:
-                break
-    finally:
-        pool.shutdown(wait=not late, cancel_futures=True)
-        for index in sorted(ready):
-            out.append(ready.pop(index))
-        bar.close()
-    if error is not None:
-        raise error
-    return RunStats(total=total, skipped=skipped, done=done, rows=rows)
-
-
-def _ask(client: ChatClient, messages: list[dict[str, str]], parse: Callable[[str], Any], *,
-         temperature: float, attempts: int) -> Any:
-    """Ask and parse; ask again (up to ``attempts`` times in all) when the text is unusable."""
-    for attempt in range(attempts):
-        reply = client.chat(messages, temperature=temperature)
-        try:
-            return parse(reply.text)
-        except ContentError as exc:
-            if attempt + 1 >= attempts:
-                raise ContentError(f"{exc} (after {attempts} attempts; the model may not follow the "
-                                   "prompt, try another --model)") from None
-            logger.info("unusable reply, asking again: %s", exc)
-    raise AssertionError("unreachable")
 
 
 def _limited(jobs: list[Any], limit: int | None) -> list[Any]:
@@ -257,18 +91,18 @@ def generate_examples(catalog: Catalog, client: ChatClient, out: str | Path, *, 
     """
     if n < 1:
         raise GenerationError(f"n={n}: ask for at least one example request per tool")
-    store = _JsonlOutput(out, _row_key("server", "tool", needs=("examples",)))
+    store = JsonlOutput(out, row_key("server", "tool", needs=("examples",)))
     jobs = [t for t in catalog if tuple(t.id) not in store.done]
     total = len(catalog)
 
     def work(tool: Tool) -> list[dict]:
         siblings = [t for t in catalog.server_tools(tool.server) if t.id != tool.id][:40]
-        examples = _ask(client, example_messages(tool, siblings, n), lambda text: parse_examples(text, n),
-                        temperature=temperature, attempts=attempts)
+        examples = ask(client, example_messages(tool, siblings, n), lambda text: parse_examples(text, n),
+                       temperature=temperature, attempts=attempts)
         return [{"server": tool.server, "tool": tool.name, "examples": examples}]
 
-    return _run(_limited(jobs, limit), work, store, total=total, skipped=total - len(jobs),
-                concurrency=concurrency, show_progress=show_progress, desc="examples")
+    return run_jobs(_limited(jobs, limit), work, store, total=total, skipped=total - len(jobs),
+                    concurrency=concurrency, show_progress=show_progress, desc="examples")
 
 
 # ---------------------------------------------------------------- questions
@@ -324,7 +158,7 @@ def generate_questions(catalog: Catalog, client: ChatClient, out: str | Path, *,
         if missing:
             raise GenerationError(f"the splits file names no split for {len(missing)} server(s), "
                                   f"e.g. {missing[0]!r}; add them or drop --splits")
-    store = _JsonlOutput(out, _row_key("id", needs=("style", "query")))
+    store = JsonlOutput(out, row_key("id", needs=("style", "query")))
     if neighbours_fn is None:
         def neighbours_fn(tool: Tool) -> list[Tool]:
             return [t for t in catalog.server_tools(tool.server) if t.id != tool.id][:15]
@@ -340,15 +174,15 @@ def generate_questions(catalog: Catalog, client: ChatClient, out: str | Path, *,
 
     def work(job: tuple[Tool, list[str]]) -> list[dict]:
         tool, todo = job
-        found = _ask(client, question_messages(tool, neighbours_fn(tool), todo),
-                     lambda text: parse_questions(text, todo), temperature=temperature, attempts=attempts)
+        found = ask(client, question_messages(tool, neighbours_fn(tool), todo),
+                    lambda text: parse_questions(text, todo), temperature=temperature, attempts=attempts)
         split = splits[tool.server] if splits is not None else "train"
         return [{"id": question_id(tool.server, tool.name, s), "split": split, "style": s,
                  "query": found[s]["query"], "need": found[s]["need"],
                  "server": tool.server, "tool": tool.name} for s in todo]
 
-    return _run(_limited(jobs, limit), work, store, total=total, skipped=total - len(jobs),
-                concurrency=concurrency, show_progress=show_progress, desc="questions")
+    return run_jobs(_limited(jobs, limit), work, store, total=total, skipped=total - len(jobs),
+                    concurrency=concurrency, show_progress=show_progress, desc="questions")
 
 
 # ---------------------------------------------------------------- judgments
@@ -461,7 +295,7 @@ def generate_judgments(catalog: Catalog, questions: Sequence[Mapping[str, Any]],
         raise GenerationError(f"k={k}: judge at least one candidate per question")
     if candidates is None and candidates_fn is None:
         candidates_fn = index_candidates(catalog)
-    store = _JsonlOutput(out, _row_key("qid", "server", "tool", needs=("p_yes",)))
+    store = JsonlOutput(out, row_key("qid", "server", "tool", needs=("p_yes",)))
     pairs: list[tuple[Mapping[str, Any], ToolId]] = []
     unknown: list[str] = []
     without = skipped = 0
@@ -498,8 +332,8 @@ def generate_judgments(catalog: Catalog, questions: Sequence[Mapping[str, Any]],
         return [{"qid": q["id"], "server": tid.server, "tool": tid.tool, "p_yes": round(float(j.p_yes), 6),
                  "source": j.source, "model": model}]
 
-    return _run(_limited(pairs, limit), work, store, total=len(pairs) + skipped, skipped=skipped,
-                concurrency=concurrency, show_progress=show_progress, desc="judgments")
+    return run_jobs(_limited(pairs, limit), work, store, total=len(pairs) + skipped, skipped=skipped,
+                    concurrency=concurrency, show_progress=show_progress, desc="judgments")
 
 
 # ---------------------------------------------------------------- CLI

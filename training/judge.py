@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from retrieval.catalog.model import Tool
-from training.llm import ChatClient, EndpointError, GenerationError, MalformedReplyError, TokenLogprob
+from retrieval.writing.llm import ChatClient, EndpointError, GenerationError, MalformedReplyError, TokenLogprob
 from training.prompting import judgment_messages
 
 __all__ = [

@@ -1,36 +1,36 @@
-"""Prompts for the generator: loaded from ``training/prompts/*.md``, rendered, and their replies parsed.
+"""The training generator's prompts (questions, judgments): loaded from ``training/prompts/*.md``,
+rendered, and their replies parsed.
 
-A prompt file holds named sections, each opened by a line ``<!-- section: NAME -->``;
-``system`` is sent as is, the others are ``string.Template`` texts (``$name``).
+The prompt-file format, the tool text every writer reads, and the example-request prompt and its
+parser are :mod:`retrieval.writing.prompting` (index time writes example requests too).
 """
 
 from __future__ import annotations
 
-import json
-import re
-import string
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from retrieval.catalog.model import Tool
-from training.llm import MalformedReplyError
+from retrieval.writing.prompting import (
+    ContentError,
+    Prompt,
+    clip,
+    json_object,
+    parameter_lines,
+    tool_list,
+    tool_text,
+)
+from retrieval.writing.prompting import load_prompt as _load_prompt
 
 __all__ = [
     "JUDGMENT_QUESTION",
     "PROMPTS_DIR",
     "STYLES",
-    "ContentError",
-    "Prompt",
-    "example_messages",
     "judgment_messages",
     "load_prompt",
-    "parse_examples",
     "parse_questions",
     "question_messages",
     "request_record",
-    "tool_text",
 ]
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
@@ -42,105 +42,20 @@ JUDGMENT_QUESTION = (
 
 STYLES = ("explicit", "function", "category", "goal", "problem")
 
-_SECTION = re.compile(r"^<!--\s*section:\s*([\w-]+)\s*-->\s*$", re.MULTILINE)
 
-
-class ContentError(MalformedReplyError):
-    """The model's text does not follow the requested format (worth asking again)."""
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """A prompt file's sections."""
-
-    name: str
-    sections: dict[str, str]
-
-    @property
-    def system(self) -> str:
-        return self.sections["system"]
-
-    def render(self, section: str, **values: Any) -> str:
-        """Fill one section's ``$placeholders``.
-
-        Raises:
-            KeyError: the section or a placeholder's value is missing.
-        """
-        return string.Template(self.sections[section]).substitute(values)
-
-
-@lru_cache(maxsize=None)
-def load_prompt(name: str, directory: str | None = None) -> Prompt:
-    """Read ``{directory or PROMPTS_DIR}/{name}.md``.
+def load_prompt(name: str) -> Prompt:
+    """``training/prompts/{name}.md`` (questions, judgments).
 
     Raises:
-        ValueError: the file is missing or has no ``system`` section.
+        ValueError: the file is missing or malformed.
     """
-    path = Path(directory or PROMPTS_DIR) / f"{name}.md"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"prompt file {path} not found") from None
-    parts = _SECTION.split(text)
-    sections = {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
-    if "system" not in sections or "user" not in sections:
-        raise ValueError(f"prompt file {path} needs '<!-- section: system -->' and "
-                         "'<!-- section: user -->' sections")
-    return Prompt(name, sections)
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rstrip() + "..."
-
-
-def _parameters(tool: Tool) -> list[str]:
-    schema = tool.input_schema or {}
-    props = schema.get("properties") if isinstance(schema, dict) else None
-    if not isinstance(props, dict):
-        return []
-    required = set(schema.get("required") or ())
-    lines = []
-    for pname, spec in props.items():
-        spec = spec if isinstance(spec, dict) else {}
-        kind = spec.get("type", "any")
-        kind = "/".join(map(str, kind)) if isinstance(kind, list) else str(kind)
-        flag = ", required" if pname in required else ""
-        desc = _clip(str(spec.get("description") or ""), 200)
-        lines.append(f"- {pname} ({kind}{flag})" + (f": {desc}" if desc else ""))
-    return lines
-
-
-def tool_text(tool: Tool, *, max_description: int = 1500) -> str:
-    """A tool as the writers and the judge read it: server, name, description, parameters."""
-    lines = [f"Server: {tool.server}"]
-    if tool.server_description:
-        lines.append(f"Server description: {_clip(tool.server_description, 600)}")
-    lines.append(f"Tool: {tool.name}")
-    lines.append(f"Description: {_clip(tool.description, max_description) or '(none given)'}")
-    params = _parameters(tool)
-    lines.append("Parameters:" if params else "Parameters: none")
-    lines.extend(params)
-    return "\n".join(lines)
-
-
-def _tool_list(tools: Sequence[Tool]) -> str:
-    if not tools:
-        return "(none)"
-    return "\n".join(f"- {t.server} / {t.name}: {_clip(t.description, 160)}" for t in tools)
-
-
-def example_messages(tool: Tool, siblings: Sequence[Tool], n: int) -> list[dict[str, str]]:
-    """Chat messages asking for ``n`` example requests for ``tool``."""
-    prompt = load_prompt("examples")
-    user = prompt.render("user", tool=tool_text(tool), siblings=_tool_list(siblings), n=n)
-    return [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
+    return _load_prompt(name, str(PROMPTS_DIR))
 
 
 def question_messages(tool: Tool, neighbours: Sequence[Tool], styles: Sequence[str]) -> list[dict[str, str]]:
     """Chat messages asking for one question (with its need) per style for ``tool``."""
     prompt = load_prompt("questions")
-    user = prompt.render("user", tool=tool_text(tool), neighbours=_tool_list(neighbours),
+    user = prompt.render("user", tool=tool_text(tool), neighbours=tool_list(neighbours),
                          styles=", ".join(styles))
     return [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
 
@@ -150,11 +65,11 @@ def request_record(query: str, need: str | None, tool: Tool, *, max_description:
     lines = [f"User request: {query}"]
     if need:
         lines.append(f"The assistant is looking for: {need}")
-    desc = _clip(tool.description, max_description) or "(no description)"
+    desc = clip(tool.description, max_description) or "(no description)"
     lines.append(f"Candidate tool: {tool.server} / {tool.name}: {desc}")
     if tool.server_description:
-        lines.append(f"Server description: {_clip(tool.server_description, 600)}")
-    params = _parameters(tool)
+        lines.append(f"Server description: {clip(tool.server_description, 600)}")
+    params = parameter_lines(tool)
     lines.append("Parameters:" if params else "Parameters: none")
     lines.extend(params)
     return "\n".join(lines)
@@ -173,43 +88,13 @@ def judgment_messages(query: str, need: str | None, tool: Tool, mode: str) -> li
     return [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
 
 
-def _json_object(text: str) -> Any:
-    """The JSON object in a reply, tolerating code fences and chatter around it."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        raise ContentError(f"no JSON object in the reply {text[:160]!r}")
-    try:
-        return json.loads(text[start:end + 1])
-    except ValueError as exc:
-        raise ContentError(f"the reply's JSON does not parse ({exc}): {text[start:start + 160]!r}") from None
-
-
-def parse_examples(text: str, n: int) -> list[str]:
-    """``n`` distinct non-empty example requests from a reply ``{"examples": [...]}``.
-
-    Raises:
-        ContentError: no such list, or fewer than ``n`` distinct strings (extra ones are dropped).
-    """
-    data = _json_object(text)
-    items = data.get("examples") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        raise ContentError(f"the reply has no 'examples' list: {text[:160]!r}")
-    out: list[str] = []
-    for item in items:
-        if isinstance(item, str) and item.strip() and item.strip() not in out:
-            out.append(item.strip())
-    if len(out) < n:
-        raise ContentError(f"the reply has {len(out)} distinct example requests, {n} were asked for")
-    return out[:n]
-
-
 def parse_questions(text: str, styles: Sequence[str]) -> dict[str, dict[str, str]]:
     """One ``{"query", "need"}`` per requested style from ``{"questions": [...]}``.
 
     Raises:
         ContentError: a style is missing, or a query or need is empty.
     """
-    data = _json_object(text)
+    data = json_object(text)
     items = data.get("questions") if isinstance(data, dict) else None
     if not isinstance(items, list):
         raise ContentError(f"the reply has no 'questions' list: {text[:160]!r}")

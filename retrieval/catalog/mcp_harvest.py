@@ -265,7 +265,8 @@ def _command_words(command: str, args: Sequence[str]) -> list[str]:
 
 def _is_toolrank_itself(command: str, args: Sequence[str]) -> str | None:
     """How the entry runs ``toolrank mcp`` (directly, or through a wrapper such as ``uvx``, ``pipx
-    run``, ``npx``, ``bash -c`` or another venv's ``python -m retrieval.cli``), or None.
+    run``, ``npx``, ``bash -c`` or another venv's ``python -m serve.commands``, or ``retrieval.cli`` where
+    an older toolrank's command lived), or None.
 
     Such an entry in the configuration that toolrank reads would start toolrank again, which
     would start every server again, level after level.
@@ -274,7 +275,7 @@ def _is_toolrank_itself(command: str, args: Sequence[str]) -> str | None:
     for i, word in enumerate(words):
         w = word.strip().lower()
         name = re.split(r"[=@<>~\[]", Path(w).name)[0] if w else w     # toolrank==0.2, toolrank@latest
-        if name in _TOOLRANK_NAMES or w == "retrieval.cli":
+        if name in _TOOLRANK_NAMES or w in ("serve.commands", "retrieval.cli"):
             if "mcp" in words[i + 1:]:
                 via = Path(command).name
                 return "toolrank itself" + (f" (through {via!r})" if Path(via).stem.lower() != "toolrank" else "")

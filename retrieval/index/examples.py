@@ -3,7 +3,8 @@
 ``toolrank index ... --write-examples`` and ``PUT /v1/servers/{name}?write_examples=true`` ask
 the configured LLM endpoint (``TOOLRANK_LLM_BASE_URL``, ``TOOLRANK_LLM_MODEL``,
 ``TOOLRANK_LLM_API_KEY``: the generator's settings) for five example requests per tool that has
-none, with the generator's prompt (the shipped style, :mod:`training.prompting`).
+none, with the generator's prompt (the shipped style, ``retrieval/writing/prompts/examples.md``),
+through the client and runner of :mod:`retrieval.writing` that ``toolrank generate`` uses too.
 
 Written examples go to a cache, a JSONL file of ``{"server", "tool", "hash", "examples"}`` rows,
 keyed by the tool's content hash without examples: a tool whose name, description, schema and
@@ -16,10 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Callable
 
 from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.jsonl import read_jsonl
+from retrieval.writing.llm import ChatClient, GenerationError, LLMConfig
+from retrieval.writing.prompting import example_messages, parse_examples
+from retrieval.writing.runner import JsonlOutput, ask, row_key, run_jobs
 
 __all__ = ["ExamplePlan", "ExampleOutcome", "bare_hash", "load_cache", "plan_examples", "write_examples",
            "OUTPUT_TOKENS_PER_EXAMPLE"]
@@ -66,21 +70,23 @@ class ExamplePlan:
     todo: list[Tool]
     cached: dict[ToolId, list[str]]
     own: int                      # tools that came with example requests of their own
-    input_tokens: int
+    input_tokens: int | None      # None when no token counter was given
     output_tokens: int
 
     def format(self) -> str:
+        prompt = "" if self.input_tokens is None else f"{self.input_tokens:,} prompt tokens and "
         return (f"{len(self.todo)} tool(s) need example requests ({len(self.cached)} cached, {self.own} have their "
-                f"own): about {self.input_tokens:,} prompt tokens and {self.output_tokens:,} completion tokens "
-                f"({len(self.todo)} requests)")
+                f"own): about {prompt}{self.output_tokens:,} completion tokens ({len(self.todo)} requests)")
 
 
-def plan_examples(catalog: Catalog, cache: str | Path, *, n: int = 5) -> ExamplePlan:
-    """Which tools of ``catalog`` need example requests written (no request is sent)."""
-    from training.prompting import example_messages
+def plan_examples(catalog: Catalog, cache: str | Path, *, n: int = 5,
+                  count_tokens: Callable[[str], int] | None = None) -> ExamplePlan:
+    """Which tools of ``catalog`` need example requests written (no request is sent).
 
-    from retrieval.pipeline.tokens import TokenCounter
-
+    Args:
+        count_tokens: counts a prompt text's tokens (the CLI passes the pipeline's ``TokenCounter``);
+            without it the plan's ``input_tokens`` is None.
+    """
     rows = load_cache(cache)
     todo, cached, own = [], {}, 0
     for tool in catalog:
@@ -92,9 +98,8 @@ def plan_examples(catalog: Catalog, cache: str | Path, *, n: int = 5) -> Example
             cached[tool.id] = found
         else:
             todo.append(tool)
-    counter = TokenCounter()
-    tokens_in = sum(counter.count_text(m["content"]) + 4 for t in todo
-                    for m in example_messages(t, _siblings(catalog, t), n))
+    tokens_in = None if count_tokens is None else \
+        sum(count_tokens(m["content"]) + 4 for t in todo for m in example_messages(t, _siblings(catalog, t), n))
     return ExamplePlan(todo, cached, own, tokens_in, len(todo) * (n * OUTPUT_TOKENS_PER_EXAMPLE + 10))
 
 
@@ -125,8 +130,8 @@ def clean_example(text: str) -> str:
     return text[:MAX_EXAMPLE_CHARS].rstrip()
 
 
-def write_examples(catalog: Catalog, client: Any, cache: str | Path, *, n: int = 5, temperature: float = 0.8,
-                   concurrency: int = 4, attempts: int = 3, show_progress: bool = False,
+def write_examples(catalog: Catalog, client: ChatClient | None, cache: str | Path, *, n: int = 5,
+                   temperature: float = 0.8, concurrency: int = 4, attempts: int = 3, show_progress: bool = False,
                    deadline_s: float | None = None) -> ExampleOutcome:
     """Write example requests for the tools of ``catalog`` that have none (cached by content hash).
 
@@ -134,17 +139,13 @@ def write_examples(catalog: Catalog, client: Any, cache: str | Path, *, n: int =
     ``deadline_s`` bounds the whole call: tools not written by then stay without examples (said so).
     Each example is cleaned and capped like API input (:func:`clean_example`).
     """
-    from training.generate import _ask, _JsonlOutput, _row_key, _run
-    from training.llm import GenerationError
-    from training.prompting import example_messages, parse_examples
-
     plan = plan_examples(catalog, cache, n=n)
-    out = _JsonlOutput(cache, _row_key("server", "tool", "hash", needs=("examples",)))
+    out = JsonlOutput(cache, row_key("server", "tool", "hash", needs=("examples",)))
 
     def work(tool: Tool) -> list[dict]:
-        examples = _ask(client, example_messages(tool, _siblings(catalog, tool), n),
-                        lambda text: [e for e in map(clean_example, parse_examples(text, n)) if e],
-                        temperature=temperature, attempts=attempts)
+        examples = ask(client, example_messages(tool, _siblings(catalog, tool), n),
+                       lambda text: [e for e in map(clean_example, parse_examples(text, n)) if e],
+                       temperature=temperature, attempts=attempts)
         return [{"server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "examples": examples}]
 
     error = None
@@ -153,9 +154,9 @@ def write_examples(catalog: Catalog, client: Any, cache: str | Path, *, n: int =
         try:
             import time
 
-            stats = _run(plan.todo, work, out, total=len(plan.todo), skipped=0, concurrency=concurrency,
-                         show_progress=show_progress, desc="example requests",
-                         deadline=None if deadline_s is None else time.monotonic() + deadline_s)
+            stats = run_jobs(plan.todo, work, out, total=len(plan.todo), skipped=0, concurrency=concurrency,
+                             show_progress=show_progress, desc="example requests",
+                             deadline=None if deadline_s is None else time.monotonic() + deadline_s)
             written = stats.done
         except GenerationError as exc:
             error = str(exc)
@@ -177,14 +178,12 @@ def write_examples(catalog: Catalog, client: Any, cache: str | Path, *, n: int =
     return ExampleOutcome(catalog.with_examples(examples, strict=False), written, len(plan.cached), missing, error)
 
 
-def llm_client(concurrency: int = 4) -> Any:
+def llm_client(concurrency: int = 4) -> ChatClient:
     """A chat client from the ``TOOLRANK_LLM_*`` settings.
 
     Raises:
         ValueError: the endpoint is not configured (the message names the variables).
     """
-    from training.llm import ChatClient, LLMConfig
-
     return ChatClient(LLMConfig.from_env(), max_connections=max(1, concurrency))
 
 

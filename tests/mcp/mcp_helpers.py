@@ -47,8 +47,8 @@ def child_env(tmp: Path) -> dict[str, str]:
 
 
 def toolrank_args(*args: str) -> list[str]:
-    """``toolrank ...`` through the real dispatcher (``python -m retrieval.cli``)."""
-    return ["-m", "retrieval.cli", *args]
+    """``toolrank ...`` through the real command (``python -m serve.commands``)."""
+    return ["-m", "serve.commands", *args]
 
 
 @asynccontextmanager

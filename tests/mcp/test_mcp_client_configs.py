@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from retrieval.catalog.mcp_harvest import load_mcp_config
-from retrieval.cli import main as toolrank
+from serve.commands import main as toolrank
 
 from mcp_helpers import HERE
 

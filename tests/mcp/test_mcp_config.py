@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from retrieval.catalog.mcp_harvest import McpConfigError, load_mcp_config
-from retrieval.cli import main as toolrank
+from serve.commands import main as toolrank
 from retrieval.index.mcp import default_mcp_index_path
 
 from mcp_helpers import FAKES, ROOT, child_env, toolrank_args

@@ -117,7 +117,7 @@ def test_nothing_is_written_when_no_server_can_be_indexed(tmp_path):
 def test_valid_tools_are_kept_and_each_bad_one_reported(tmp_path):
     """A server listing two valid tools among a duplicate, a non-object schema and a schema nested too
     deep is indexed with its two valid tools; `toolrank index` names each one left out."""
-    from retrieval.cli import main as toolrank
+    from serve.commands import main as toolrank
 
     cfg = write_config(tmp_path / "mcp.json", {"mixed": server("malformed", "--mode", "mixed")})
     [h] = anyio.run(lambda: harvest(load_mcp_config(cfg), timeout_s=10))

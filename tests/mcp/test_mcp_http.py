@@ -128,7 +128,7 @@ def test_http_token_by_default_and_port_in_use(tmp_path, capsys, monkeypatch):
     is said at once, before any server starts."""
     import socket
 
-    from retrieval.cli import main as toolrank
+    from serve.commands import main as toolrank
     from serve.mcp_server import _token, build_parser, token_path
 
     monkeypatch.setenv("TOOLRANK_CACHE", str(tmp_path / "cache"))

@@ -10,7 +10,7 @@ import sys
 import anyio
 import pytest
 
-from retrieval.cli import main as toolrank
+from serve.commands import main as toolrank
 
 from mcp_helpers import HERE, payload, stdio_gateway, text
 

@@ -17,7 +17,7 @@ import pytest
 
 from mcp import types
 
-from retrieval.cli import main as toolrank
+from serve.commands import main as toolrank
 from retrieval.index.embedded import ToolIndex
 
 from mcp2_env import pinned_version

@@ -13,7 +13,7 @@ import pytest
 
 from fakes import HashEncoder
 from retrieval.catalog.mcp_harvest import load_mcp_config
-from retrieval.cli import main as toolrank
+from serve.commands import main as toolrank
 from retrieval.index.mcp import index_mcp_config
 from retrieval.version import package_version
 
@@ -51,7 +51,7 @@ def _wrapper(tmp_path, cfg_path, clear_env: bool = False) -> dict:
     keep = (f'env -i PATH=/usr/bin:/bin HOME="{tmp_path}" '
             f'PYTHONPATH="{os.pathsep.join([str(ROOT), str(HERE), str(ROOT / "tests")])}" '
             f'TOOLRANK_CACHE="{tmp_path / "cache"}" ') if clear_env else ""
-    script.write_text(f'#!/bin/sh\nexec {keep}"{PY}" -m retrieval.cli mcp --mcp-config "{cfg_path}" --components {FAKES}\n')
+    script.write_text(f'#!/bin/sh\nexec {keep}"{PY}" -m serve.commands mcp --mcp-config "{cfg_path}" --components {FAKES}\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return {"command": str(script), "cwd": str(ROOT),
             "env": {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE), str(ROOT / "tests")]),
@@ -84,7 +84,8 @@ async def test_a_wrapper_that_starts_toolrank_itself_is_refused_at_once(tmp_path
     ("npx", ["-y", "@someone/toolrank", "mcp"]),
     ("bash", ["-c", "source ~/.venv/bin/activate && toolrank mcp --mcp-config SAME"]),
     ("/opt/other-venv/bin/toolrank", ["mcp"]),
-    ("/opt/other-venv/bin/python", ["-m", "retrieval.cli", "mcp"]),
+    ("/opt/other-venv/bin/python", ["-m", "serve.commands", "mcp"]),
+    ("/opt/other-venv/bin/python", ["-m", "retrieval.cli", "mcp"]),     # where the command lived before serve/commands.py
 ])
 def test_toolrank_through_a_wrapper_is_recognised_in_the_file(tmp_path, command, args):
     path = write_config(tmp_path / "mcp.json", {"weather": server("weather"), "me": {"command": command, "args": args}})

@@ -33,9 +33,21 @@ def test_wheel_holds_models_and_data(wheel):
             assert f"toolrank_models/{model}/{f}" in names
     assert "toolrank_models/toolrank-reranker/combiner.json" in names
     for f in ("retrieval/data/mcp_zero/mcp_tools_cleaned.json", "retrieval/data/mcp_zero/examples.jsonl",
-              "retrieval/data/retrieval_confidence.json", "training/data/questions.jsonl"):
+              "retrieval/data/retrieval_confidence.json", "training/data/questions.jsonl",
+              "retrieval/writing/prompts/examples.md"):
         assert f in names
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "runs/"))]
+
+
+def test_wheel_installs_exactly_the_expected_top_level_names(wheel):
+    """The names a user's environment gets (docs/design.md, "Installed names"): no more, no fewer."""
+    from retrieval.names import TOP_LEVEL
+
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert top == set(TOP_LEVEL)
+    scripts = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/entry_points.txt")))
+    assert "toolrank = serve.commands:main" in scripts.decode()
 
 
 def test_wheel_holds_every_package(wheel):

@@ -137,20 +137,26 @@ def test_index_never_replaces_a_folder_that_is_not_an_index(tmp_path, capsys):
 
 
 def test_verbose_flag_before_a_forwarded_command(capsys):
-    assert main(["-v", "serve", "--new-key"]) == 0
+    from serve.commands import main as toolrank
+
+    assert toolrank(["-v", "serve", "--new-key"]) == 0
     assert "key_sha256" in capsys.readouterr().out
 
 
 def test_a_closed_pipe_ends_quietly(monkeypatch, capsys):
     """`toolrank examples list | head`: the reader closes the pipe; no traceback, the shell's SIGPIPE status."""
-    import retrieval.cli as cli
+    import os
 
-    def closed(module, argv):
-        raise BrokenPipeError(32, "Broken pipe")
+    import serve.commands as commands
 
-    monkeypatch.setattr(cli, "_forward", closed)
-    monkeypatch.setattr(cli.os if hasattr(cli, "os") else __import__("os"), "dup2", lambda *a: None, raising=False)
-    assert cli.main(["examples", "list"]) == 141
+    def closed(command):
+        def main(argv):
+            raise BrokenPipeError(32, "Broken pipe")
+        return main
+
+    monkeypatch.setattr(commands, "main_of", closed)
+    monkeypatch.setattr(os, "dup2", lambda *a: None)
+    assert commands.main(["examples", "list"]) == 141
     assert "Traceback" not in capsys.readouterr().err
 
 

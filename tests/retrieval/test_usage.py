@@ -75,7 +75,7 @@ def test_gateway_learns_a_successful_call_to_a_found_tool_only(tmp_path, monkeyp
 def test_toolrank_examples_list_and_remove(tmp_path, capsys):
     import time
 
-    from retrieval.cli import main
+    from serve.commands import main
     from serve.usage import Offer, UsageBook
 
     book = UsageBook(tmp_path / "store" / "usage")

@@ -6,7 +6,7 @@ import json
 
 import retrieval.index.examples as ix
 from real_app import key
-from training.llm import EndpointError
+from retrieval.writing.llm import EndpointError
 
 BODY = {"description": "Issue tracker", "tools": [
     {"name": "create_ticket", "description": "Create a ticket in a project"},

@@ -14,6 +14,9 @@ import pytest
 
 from retrieval.catalog.formats import load_catalog
 from retrieval.catalog.model import Tool, ToolId
+from retrieval.writing.llm import ChatClient, EndpointError, GenerationError, LLMConfig, TokenLogprob
+from retrieval.writing.prompting import load_prompt as load_writing_prompt
+from retrieval.writing.prompting import parse_examples
 from training import generate
 from training.judge import (
     LlamaCppJudge,
@@ -23,8 +26,7 @@ from training.judge import (
     p_yes_from_text,
     render_chat,
 )
-from training.llm import ChatClient, EndpointError, GenerationError, LLMConfig, TokenLogprob
-from training.prompting import JUDGMENT_QUESTION, judgment_messages, load_prompt, parse_examples
+from training.prompting import JUDGMENT_QUESTION, judgment_messages, load_prompt
 
 #: P(yes) the fake server's log-probabilities give for a yes answer (yes -0.1, no -2.4).
 P_YES_FROM_LOGPROBS = 1 / (1 + math.exp(-2.3))
@@ -360,8 +362,9 @@ def test_judgment_prompt_asks_the_exact_question():
         assert "User request: mail bob\nThe assistant is looking for: send an email\n" \
                "Candidate tool: Mail / send_email: Send an email" in user
     assert "The assistant is looking for" not in judgment_messages("x", None, tool, "logprobs")[-1]["content"]
-    for name in ("examples", "questions", "judgments"):
+    for name in ("questions", "judgments"):
         assert load_prompt(name).system
+    assert load_writing_prompt("examples").system     # index time writes example requests with it too
 
 
 def test_p_yes_from_logprobs():

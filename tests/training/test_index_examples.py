@@ -10,7 +10,7 @@ import pytest
 from retrieval.catalog.formats import load_catalog
 from retrieval.catalog.model import Catalog, Tool
 from retrieval.index.examples import load_cache, plan_examples, write_examples
-from training.llm import ChatClient, LLMConfig
+from retrieval.writing.llm import ChatClient, LLMConfig
 
 
 def client_of(llm, **kw):

@@ -11,7 +11,7 @@ import pytest
 
 from retrieval.catalog.formats import load_catalog
 from retrieval.index.examples import MAX_EXAMPLE_CHARS, clean_example, load_cache, write_examples
-from training.llm import ChatClient, EndpointError, LLMConfig
+from retrieval.writing.llm import ChatClient, EndpointError, LLMConfig
 
 KEY = "sk-test-0123456789abcdefXYZ"
 

@@ -8,19 +8,24 @@ an endpoint that cannot work (connection refused, 401/403, 404, other 4xx) raise
 what to fix.
 
 Configuration comes from ``TOOLRANK_LLM_BASE_URL``, ``TOOLRANK_LLM_MODEL`` and
-``TOOLRANK_LLM_API_KEY`` unless given explicitly (see :meth:`LLMConfig.from_env`).
+``TOOLRANK_LLM_API_KEY`` (read by :class:`retrieval.settings.LLMSettings` alone) unless given
+explicitly (see :meth:`LLMConfig.from_env`).
+
+Used at index time (example requests for a user's tools, :mod:`retrieval.index.examples`) and by the
+training data generator (``toolrank generate``, :mod:`training.generate`), which imports it from here.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import httpx
+
+from retrieval.settings import LLMSettings
 
 __all__ = [
     "ENV_API_KEY",
@@ -113,16 +118,15 @@ class LLMConfig:
 
     @classmethod
     def from_env(cls, *, base_url: str | None = None, model: str | None = None,
-                 api_key: str | None = None, env: Mapping[str, str] | None = None,
-                 **kwargs: Any) -> "LLMConfig":
-        """A config from explicit values, falling back to the ``TOOLRANK_LLM_*`` variables.
+                 api_key: str | None = None, **kwargs: Any) -> "LLMConfig":
+        """A config from explicit values, falling back to the ``TOOLRANK_LLM_*`` variables (:class:`LLMSettings`).
 
         Raises:
             GenerationError: no base URL or no model is given either way.
         """
-        env = os.environ if env is None else env
-        base_url = base_url or env.get(ENV_BASE_URL, "")
-        model = model or env.get(ENV_MODEL, "")
+        settings = LLMSettings()
+        base_url = base_url or settings.base_url or ""
+        model = model or settings.model or ""
         if not base_url:
             raise GenerationError(
                 f"no endpoint given: pass --base-url or set {ENV_BASE_URL} "
@@ -130,8 +134,8 @@ class LLMConfig:
             )
         if not model:
             raise GenerationError(f"no model given: pass --model or set {ENV_MODEL}")
-        return cls(base_url=base_url, model=model, api_key=api_key or env.get(ENV_API_KEY) or None,
-                   **kwargs)
+        key = api_key or (settings.api_key.get_secret_value() if settings.api_key else None)
+        return cls(base_url=base_url, model=model, api_key=key or None, **kwargs)
 
 
 @dataclass(frozen=True)
