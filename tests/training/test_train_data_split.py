@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from retrieval.catalog.formats import load_default_catalog
-from retrieval.catalog.model import ToolId
 from training.pairs import DATA_DIR, load_split
 
 
@@ -29,22 +28,6 @@ def test_encoder_pairs_come_from_train_servers_only():
     for r in rows:
         if r["anchor"].split("\n")[0] in held_out:
             assert r["anchor"] in tools[r["key"]].examples
-
-
-def test_example_questions_are_train_tools_only_and_bounded_per_tool():
-    from training.train import example_questions
-
-    split = load_split()
-    cat = load_default_catalog()
-    qs = example_questions(cat, split, per_tool=2, seed=0)
-    assert qs and {split[q["server"]] for q in qs} == {"train"}
-    per_tool: dict[ToolId, int] = {}
-    for q in qs:
-        tid = ToolId(q["server"], q["tool"])
-        assert q["query"] in cat[tid].examples  # an example written for that very tool
-        per_tool[tid] = per_tool.get(tid, 0) + 1
-    assert max(per_tool.values()) == 2
-    assert example_questions(cat, split, per_tool=0, seed=0) == []
 
 
 def _teacher_file(tmp_path, rows):
