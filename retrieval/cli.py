@@ -434,10 +434,19 @@ def quiet_broken_pipe() -> int:
     return 141
 
 
+COMMANDS = ("index", "search", "eval", "servers")
+
+
 def main(argv: list[str] | None = None) -> int:
     """These four commands alone; a reader that closes the pipe early ends them quietly."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    other = next((a for a in argv if not a.startswith("-")), None)
+    if other is not None and other not in COMMANDS:
+        print(f"python -m retrieval.cli runs {', '.join(COMMANDS)}; for `{other}` run `toolrank {other}` "
+              "(python -m serve.commands)", file=sys.stderr)
+        return 2
     try:
-        return run(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
+        return run(build_parser().parse_args(argv))
     except BrokenPipeError:
         return quiet_broken_pipe()
 

@@ -170,3 +170,9 @@ def test_the_next_snippet_names_the_toolrank_that_ran(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert toolrank_command(str(exe)) == str(exe.resolve())
     assert toolrank_command("python") != ""   # run as a module: PATH or beside the interpreter, else the name
+
+
+def test_retrieval_cli_alone_points_other_commands_at_toolrank(capsys):
+    """`python -m retrieval.cli` runs retrieval's four commands; the rest live in serve/commands.py."""
+    assert main(["mcp", "--mcp-config", "x.json"]) == 2
+    assert "run `toolrank mcp`" in capsys.readouterr().err
