@@ -32,7 +32,7 @@ async def first_call(config: Path, cache: Path) -> tuple[float, dict]:
     from mcp.client.stdio import stdio_client
 
     env = {**os.environ, "TOOLRANK_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "retrieval.cli", "mcp", "--mcp-config",
+    params = StdioServerParameters(command=sys.executable, args=["-m", "serve.commands", "mcp", "--mcp-config",
                                                                  str(config)], env=env, cwd=str(config.parent))
     t0 = time.perf_counter()
     async with stdio_client(params, errlog=open(os.devnull, "w")) as (read, write):
