@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -437,14 +438,26 @@ def quiet_broken_pipe() -> int:
 COMMANDS = ("index", "search", "eval", "servers")
 
 
+def _hand_over(argv: list[str]) -> int:
+    """Run ``python -m serve.commands ARGV`` in place of this process (POSIX) or as a child (elsewhere)."""
+    cmd = [sys.executable, "-m", "serve.commands", *argv]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        os.execv(sys.executable, cmd)
+    import subprocess
+
+    return subprocess.call(cmd)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """These four commands alone; a reader that closes the pipe early ends them quietly."""
+    """These four commands here, every other one handed to ``serve.commands``; a reader that closes the pipe early ends them quietly."""
     argv = list(sys.argv[1:] if argv is None else argv)
     other = next((a for a in argv if not a.startswith("-")), None)
     if other is not None and other not in COMMANDS:
-        print(f"python -m retrieval.cli runs {', '.join(COMMANDS)}; for `{other}` run `toolrank {other}` "
-              "(python -m serve.commands)", file=sys.stderr)
-        return 2
+        # Older configurations start `python -m retrieval.cli mcp ...`: hand the whole command line to the
+        # top-level CLI in a fresh interpreter (a process, not an import, so retrieval stays below serve).
+        return _hand_over(argv)
     try:
         return run(build_parser().parse_args(argv))
     except BrokenPipeError:
