@@ -155,8 +155,8 @@ class GatewaySettings(BaseSettings):
                           "switches it off.")
 
 
-# Every settings class, each the only reader of its variables. The LLM endpoint's (LLMSettings) is read
-# by training/llm.py's LLMConfig.from_env until that client reads it through the class.
+# Every settings class, each the only reader of its variables (the LLM endpoint's, LLMSettings, through
+# retrieval/writing/llm.py's LLMConfig.from_env).
 SETTINGS: tuple[type[BaseSettings], ...] = (Settings, GatewaySettings, RetrievalSettings, HarvestSettings,
                                             LLMSettings, ModelSettings)
 
