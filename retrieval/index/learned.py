@@ -21,17 +21,28 @@ requests (20 by default); a request that is nearly the same as one already kept 
 Jaccard similarity at least :data:`NEAR_DUPLICATE`) replaces it and counts one more use.
 :meth:`LearnedExamples.save` writes a folder atomically, so it plugs into
 :class:`serve.index_store.IndexStore` (versioned, atomic pointer, one writer).
+
+A version is laid out for the first search after a restart: a tool table (:data:`FILE`), the
+requests one line per tool (:data:`REQUESTS`), the vectors (:data:`VECTORS`) and the lexical
+index (:data:`LEXICON`). Loading decodes the table, the vectors and the lexical index only; each
+tool's requests stay bytes until something asks for them (a change, a listing, a recomputed
+vector), and a search checks a stored vector's key against the index without reading them (see
+:func:`vector_key`). A version written by 0.8.0 (one JSON document) is read as it is and written
+in this form by the next change.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import re
 import threading
 import time
+import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -46,18 +57,21 @@ from .fusion import fused_lists
 from .hits import Hit
 from .text import tool_passages
 
+log = logging.getLogger(__name__)
+
 __all__ = ["LearnedExample", "LearnedExamples", "retrieve_with_learned", "near_duplicate", "learned_vector",
-           "vector_key", "tenant_vector", "fold_request", "DEFAULT_LIMIT", "DEFAULT_MAX_TOTAL", "NEAR_DUPLICATE", "MAX_REQUEST_CHARS", "FORMAT"]
+           "vector_key", "context_key", "requests_key", "tenant_vector", "fold_request", "DEFAULT_LIMIT", "DEFAULT_MAX_TOTAL", "NEAR_DUPLICATE", "MAX_REQUEST_CHARS", "FORMAT"]
 
 DEFAULT_LIMIT = 20            # learned requests kept per tool (the most recent)
 DEFAULT_MAX_TOTAL = 60_000    # learned requests kept per tenant (the oldest go first): 20 on each of ~3,000 tools
 RECOMPUTE_PER_SEARCH = 32     # tenant vectors a search may compute (the rest wait for later searches)
 NEAR_DUPLICATE = 0.8          # word-set Jaccard at or above which two requests are merged
 MAX_REQUEST_CHARS = 2000      # longer requests are cut (an example is a request, not a document)
-FORMAT = 1
-FILE = "learned.json"
-VECTORS = "vectors.npy"        # one row per stored tenant vector, in the order of VECTOR_KEYS
-VECTOR_KEYS = "vectors.json"
+FORMAT = 2                     # 1: 0.8.0's one JSON document (still read); 2: a tool table, requests apart
+FILE = "learned.json"          # the tool table: [server, tool, requests kept, key of its stored vector or null]
+REQUESTS = "requests.jsonl"    # one line per tool of the table, in its order: [[request, learned_at, uses], ...]
+VECTORS = "vectors.npy"        # one row per stored tenant vector, in the table's order
+VECTOR_KEYS = "vectors.json"   # format 1 only: the tools and keys of VECTORS' rows
 LEXICON = "lexicon"            # the tenant's BM25 over its learned requests, built when the version is written
 _WORDS = re.compile(r"\w+", re.UNICODE)
 
@@ -90,66 +104,179 @@ class LearnedExample:
         return {"request": self.request, "learned_at": self.learned_at, "uses": self.uses}
 
 
+def _parse_row(line: bytes, tid: ToolId) -> tuple[LearnedExample, ...]:
+    """One tool's line of :data:`REQUESTS` (``[[request, learned_at, uses], ...]``) as examples.
+
+    Raises:
+        ValueError: the line is not such a list.
+    """
+    try:
+        rows = json.loads(line)
+        if not isinstance(rows, list) or not rows:
+            raise ValueError("expected a non-empty list")
+        out = []
+        for row in rows:
+            if not isinstance(row, list) or len(row) != 3 or not isinstance(row[0], str):
+                raise ValueError("expected [request, learned_at, uses] rows")
+            out.append(LearnedExample(row[0], float(row[1]), int(row[2])))
+        return tuple(out)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"learned examples of {tid.server}/{tid.tool}: malformed ({exc})") from None
+
+
+@dataclass
+class _Resolved:
+    """What searches over one index read for one version of a tenant's learned examples."""
+
+    index: Any                          # weakref to the index
+    catalog: Any                        # the catalog it was resolved against (an update swaps it)
+    learned: list[ToolId]               # learned tools in that catalog, in store order
+    vectors: dict[ToolId, np.ndarray]   # their tenant vectors (fresh, or stale standing in)
+    pending: list[ToolId]               # tools whose vector is missing or stale: recomputed a few per search
+    recomputed: set[ToolId] = field(default_factory=set)   # vectors computed since (not the stored ones)
+    table: tuple[list[ToolId], np.ndarray, dict[ToolId, int]] | None = None   # vectors stacked, once
+    lex_mask: tuple[Any, np.ndarray] | None = None   # (lexicon tools, which are in the catalog)
+
+
 class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
-    """One tenant's learned example requests per tool (immutable)."""
+    """One tenant's learned example requests per tool (immutable).
+
+    Read from a store, each tool's requests stay the bytes of their line until something asks for
+    them (:meth:`__getitem__`, :meth:`requests`, a change): a search reads only the tool table, the
+    stored vectors and the lexical index.
+    """
 
     def __init__(self, tools: Mapping[ToolId, Iterable[LearnedExample]] | None = None, *,
                  limit: int = DEFAULT_LIMIT, max_total: int = DEFAULT_MAX_TOTAL,
                  vectors: Mapping[ToolId, tuple[str, np.ndarray]] | None = None):
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1 learned example per tool, got {limit}")
-        if max_total < 1:
-            raise ValueError(f"max_total must be at least 1 learned example, got {max_total}")
+        _check_bounds(limit, max_total)
         self.limit = limit
         self.max_total = max_total
-        self._tools: dict[ToolId, tuple[LearnedExample, ...]] = {
-            ToolId(*tid): tuple(ex)[-limit:] for tid, ex in (tools or {}).items() if tuple(ex)}
-        over = sum(len(v) for v in self._tools.values()) - max_total
+        rows: dict[ToolId, tuple[LearnedExample, ...] | bytes] = {}
+        for tid, ex in (tools or {}).items():
+            kept = tuple(ex)[-limit:]
+            if kept:
+                rows[ToolId(*tid)] = kept
+        given = {ToolId(*t): (str(k), v) for t, (k, v) in (vectors or {}).items()}
+        for tid, (key, _) in list(given.items()):   # a vector is kept only with the requests it was made for
+            if tid in rows and ":" in key and key.partition(":")[2] != requests_key(self.requests_of(rows[tid])):
+                del given[tid]
+        self._setup(rows, {t: len(ex) for t, ex in rows.items()}, given)
+
+    def _setup(self, rows: dict[ToolId, Any], counts: dict[ToolId, int],
+               vectors: Mapping[ToolId, tuple[str, np.ndarray]]) -> None:
+        """``rows``: tool -> examples, or the bytes of its stored line (parsed when first needed)."""
+        self._rows = rows
+        self._counts = counts
+        changed: set[ToolId] = set()
+        for tid in [t for t, n in counts.items() if n > self.limit]:   # only a hand-edited store
+            rows[tid] = self._examples(tid)[-self.limit:]
+            counts[tid] = len(rows[tid])
+            changed.add(tid)
+        over = sum(counts.values()) - self.max_total
         if over > 0:   # the tenant's oldest learned requests go first
-            oldest = sorted((e.learned_at, tid, i) for tid, ex in self._tools.items() for i, e in enumerate(ex))[:over]
+            oldest = sorted((e.learned_at, tid, i) for tid in list(rows)
+                            for i, e in enumerate(self._examples(tid)))[:over]
             drop: dict[ToolId, set[int]] = {}
             for _, tid, i in oldest:
                 drop.setdefault(tid, set()).add(i)
             for tid, idx in drop.items():
-                kept = tuple(e for i, e in enumerate(self._tools[tid]) if i not in idx)
+                kept = tuple(e for i, e in enumerate(self._examples(tid)) if i not in idx)
+                changed.add(tid)
                 if kept:
-                    self._tools[tid] = kept
+                    rows[tid], counts[tid] = kept, len(kept)
                 else:
-                    del self._tools[tid]
-        # tenant vectors: tool -> (the key it was made for, the vector); only for tools still learned
+                    del rows[tid], counts[tid]
+        # tenant vectors: tool -> (the key it was made for, the vector); only for tools still learned as they were
         self._vectors: dict[ToolId, tuple[str, np.ndarray]] = {
-            ToolId(*t): v for t, v in (vectors or {}).items() if ToolId(*t) in self._tools}
+            t: v for t, v in vectors.items() if t in rows and t not in changed}
         self._lexicon: Any = None
         self._lexicon_lock = threading.Lock()
-        self._resolved: tuple[Any, dict[ToolId, np.ndarray], list[ToolId]] | None = None   # (index, vectors, to do)
+        self._resolve_lock = threading.RLock()
+        self._resolved: _Resolved | None = None
+        self._stored: tuple[np.ndarray, dict[ToolId, int]] | None = None   # as read: the vectors' matrix, each tool's row
+
+    def _with(self, rows: dict[ToolId, Any], counts: dict[ToolId, int],
+              vectors: Mapping[ToolId, tuple[str, np.ndarray]]) -> "LearnedExamples":
+        out = type(self).__new__(type(self))
+        out.limit, out.max_total = self.limit, self.max_total
+        out._setup(rows, counts, vectors)
+        return out
+
+    def _examples(self, tid: ToolId) -> tuple[LearnedExample, ...]:
+        """A tool's examples, parsed from its stored line the first time they are asked for."""
+        row = self._rows[tid]
+        if isinstance(row, bytes):
+            row = _parse_row(row, tid)
+            self._rows[tid] = row   # the same key: never resizes the dict under a reader
+        return row
+
+    @staticmethod
+    def requests_of(examples: Iterable[LearnedExample]) -> tuple[str, ...]:
+        return tuple(e.request for e in examples)
 
     # Mapping
     def __getitem__(self, tool_id: tuple[str, str]) -> tuple[LearnedExample, ...]:
-        return self._tools[ToolId(*tool_id)]
+        return self._examples(ToolId(*tool_id))
+
+    def __contains__(self, tool_id: object) -> bool:   # without parsing the tool's requests
+        try:
+            return tool_id in self._rows
+        except TypeError:
+            return False
 
     def __iter__(self) -> Iterator[ToolId]:
-        return iter(self._tools)
+        return iter(self._rows)
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._rows)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, LearnedExamples) and self._tools == other._tools
-                and {t: k for t, (k, _) in self._vectors.items()} == {t: k for t, (k, _) in other._vectors.items()})
+        if not isinstance(other, LearnedExamples) or self._rows.keys() != other._rows.keys():
+            return False
+        for tid, mine in self._rows.items():
+            theirs = other._rows[tid]
+            if mine is theirs or (isinstance(mine, bytes) and isinstance(theirs, bytes) and mine == theirs):
+                continue
+            if self._examples(tid) != other._examples(tid):
+                return False
+        return {t: k for t, (k, _) in self._vectors.items()} == {t: k for t, (k, _) in other._vectors.items()}
 
     __hash__ = None  # type: ignore[assignment]   (mutable-looking mapping: not hashable)
 
+    @property
+    def _tools(self) -> dict[ToolId, tuple[LearnedExample, ...]]:
+        """Every tool's examples (parses them all)."""
+        return {tid: self._examples(tid) for tid in list(self._rows)}
+
     def requests(self, tool_id: tuple[str, str]) -> tuple[str, ...]:
-        return tuple(e.request for e in self._tools.get(ToolId(*tool_id), ()))
+        tid = ToolId(*tool_id)
+        return self.requests_of(self._examples(tid)) if tid in self._rows else ()
 
     @property
     def total(self) -> int:
-        return sum(len(v) for v in self._tools.values())
+        return sum(self._counts.values())
 
-    def _copy(self, tools: Mapping[ToolId, Iterable[LearnedExample]]) -> "LearnedExamples":
-        """A copy with ``tools``; a tool's stored vector goes with it only while its requests are unchanged."""
-        keep = {t: v for t, v in self._vectors.items() if tuple(tools.get(t, ())) == self._tools.get(t)}
-        return LearnedExamples(tools, limit=self.limit, max_total=self.max_total, vectors=keep)
+    def _copy(self, tools: Mapping[ToolId, Any]) -> "LearnedExamples":
+        """A copy with ``tools`` (examples, or a row of this one as it is); a tool's stored vector goes
+        with it only while its requests are unchanged."""
+        rows: dict[ToolId, Any] = {}
+        counts: dict[ToolId, int] = {}
+        for tid, ex in tools.items():
+            tid = ToolId(*tid)
+            if isinstance(ex, bytes):
+                rows[tid], counts[tid] = ex, self._counts[tid]
+                continue
+            ex = tuple(ex)[-self.limit:]
+            if ex:
+                rows[tid], counts[tid] = ex, len(ex)
+        keep = {t: v for t, v in self._vectors.items() if t in rows and self._same_row(t, rows[t])}
+        return self._with(rows, counts, keep)
+
+    def _same_row(self, tid: ToolId, row: Any) -> bool:
+        if row is self._rows.get(tid):
+            return True
+        return (_parse_row(row, tid) if isinstance(row, bytes) else tuple(row)) == self._examples(tid)
 
     # tenant vectors
     def vector(self, tool_id: tuple[str, str], key: str) -> np.ndarray | None:
@@ -158,16 +285,71 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         return found[1] if found is not None and found[0] == key else None
 
     def with_vector(self, tool_id: tuple[str, str], key: str, vector: np.ndarray) -> "LearnedExamples":
-        """A copy that stores ``vector`` (made for ``key``) as the tool's tenant vector."""
+        """A copy that stores ``vector`` (made for ``key``) as the tool's tenant vector.
+
+        Raises:
+            ValueError: ``key`` (a :func:`vector_key`) was made for other requests than the tool's.
+        """
         tid = ToolId(*tool_id)
-        out = self._copy(self._tools)
-        if tid in out._tools:
+        if tid in self._rows and ":" in key and key.partition(":")[2] != requests_key(self.requests(tid)):
+            raise ValueError(f"the vector of {tid.server}/{tid.tool} was made for other learned requests than "
+                             "its own; compute it from learned.requests(tool)")
+        out = self._copy(self._rows)
+        if tid in out._rows:
             out._vectors[tid] = (key, np.asarray(vector, dtype=np.float32))
         return out
 
     @property
     def vectors_stored(self) -> int:
         return len(self._vectors)
+
+    def _fits(self, index: Any, tool: Any, tid: ToolId, key: str, context: str) -> bool:
+        """Whether the stored vector of ``tid`` (made for ``key``) is the one for ``tool`` over ``index``.
+
+        A key holds what the vector was made for: :func:`context_key` (encoder, index, tool version),
+        then :func:`requests_key` of the requests it was stored with; those were checked when it was
+        stored, so only the context is compared here and no request is read. A key of 0.8.0's form
+        (one hash of both) is checked against the requests and rewritten in today's form, which the
+        next version stores.
+        """
+        if ":" in key:
+            return key.partition(":")[0] == context
+        requests = self.requests(tid)
+        if key != _legacy_vector_key(index, tool, requests):
+            return False
+        self._vectors[tid] = (f"{context}:{requests_key(requests)}", self._vectors[tid][1])
+        return True
+
+    def _resolve(self, index: Any) -> _Resolved:
+        """The learned tools in ``index``'s catalog and their stored vectors, checked once per (version,
+        index, catalog)."""
+        import weakref
+
+        catalog = index.catalog
+        found = self._resolved
+        if found is not None and found.index() is index and found.catalog is catalog:
+            return found
+        with self._resolve_lock:
+            found = self._resolved
+            if found is not None and found.index() is index and found.catalog is catalog:
+                return found
+            prefix, hash_of = _context_prefix(index), _content_hashes(index)
+            learned: list[ToolId] = []
+            vectors: dict[ToolId, np.ndarray] = {}
+            pending: list[ToolId] = []
+            for tid in sorted(self._rows):
+                tool = catalog.get(tid)
+                if tool is None:
+                    continue
+                learned.append(tid)
+                stored = self._vectors.get(tid)
+                if stored is not None:
+                    vectors[tid] = stored[1]    # when stale, it stands in until recomputed
+                    if self._fits(index, tool, tid, stored[0], _context(prefix, hash_of(tool))):
+                        continue
+                pending.append(tid)
+            found = self._resolved = _Resolved(weakref.ref(index), catalog, learned, vectors, pending)
+            return found
 
     def vectors_for(self, index: Any, budget: int | None = None) -> dict[ToolId, np.ndarray]:
         """The learned tools' tenant vectors over ``index``, resolved once per (version, index) pair: a
@@ -178,31 +360,44 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         without any is left to the index's own vector; at most ``budget`` of those are computed per call,
         so the first search after a catalog change costs a bounded few embeddings, not one per tool.
         """
-        import weakref
-
-        found = self._resolved
-        if found is None or found[0]() is not index:
-            out: dict[ToolId, np.ndarray] = {}
-            pending: list[ToolId] = []
-            for tid, ex in self._tools.items():
-                if tid not in index.catalog:
-                    continue
-                tool, requests = index.catalog[tid], tuple(e.request for e in ex)
-                stored = self._vectors.get(tid)
-                if stored is not None and stored[0] == vector_key(index, tool, requests):
-                    out[tid] = stored[1]
-                    continue
-                if stored is not None:
-                    out[tid] = stored[1]      # stale: stands in until recomputed
-                pending.append(tid)
-            found = self._resolved = (weakref.ref(index), out, pending)
-        _, out, pending = found
+        found = self._resolve(index)
         budget = RECOMPUTE_PER_SEARCH if budget is None else budget
-        while pending and budget > 0:
-            tid = pending.pop()
-            out[tid] = learned_vector(index, index.catalog[tid], self.requests(tid))
-            budget -= 1
-        return out
+        if found.pending and budget > 0:
+            with self._resolve_lock:
+                while found.pending and budget > 0:
+                    tid = found.pending.pop()
+                    found.vectors[tid] = learned_vector(index, found.catalog[tid], self.requests(tid))
+                    found.recomputed.add(tid)
+                    found.table = None
+                    budget -= 1
+        return found.vectors
+
+    def _table(self, index: Any) -> tuple[list[ToolId], np.ndarray, dict[ToolId, int]]:
+        """The resolved tenant vectors stacked (tools in store order, one row each, and each tool's row)."""
+        found = self._resolve(index)
+        table = found.table
+        if table is None:
+            with self._resolve_lock:
+                tids = [t for t in found.learned if t in found.vectors]
+                stored = self._stored
+                rows = [stored[1].get(t) for t in tids] if stored is not None and not found.recomputed else [None]
+                if tids and None not in rows:   # the stored matrix as read (or its rows): nothing to stack
+                    matrix = stored[0] if rows == list(range(len(stored[0]))) else stored[0][rows]
+                elif tids:
+                    matrix = np.stack([found.vectors[t] for t in tids])
+                else:
+                    matrix = np.zeros((0, 0), dtype=np.float32)
+                table = found.table = (tids, matrix, {t: i for i, t in enumerate(tids)})
+        return table
+
+    def _lexicon_mask(self, index: Any, tools: list[ToolId]) -> np.ndarray:
+        """Which of the lexical index's tools are in ``index``'s catalog (once per resolution)."""
+        found = self._resolve(index)
+        got = found.lex_mask
+        if got is None or got[0] is not tools:
+            inside = set(found.learned)
+            got = found.lex_mask = (tools, np.fromiter((t in inside for t in tools), dtype=bool, count=len(tools)))
+        return got[1]
 
     # the tenant's lexical channel
     def lexicon(self) -> tuple[Any, list[ToolId]]:
@@ -211,9 +406,9 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             if self._lexicon is None:
                 from .bm25 import BM25Index
 
-                tools = sorted(self._tools)
+                tools = sorted(self._rows)
                 try:
-                    built = BM25Index.build([" ".join(e.request for e in self._tools[t]) for t in tools])
+                    built = BM25Index.build([" ".join(e.request for e in self._examples(t)) for t in tools])
                 except ValueError:   # nothing to index (every learned word a stop word): no lexical list
                     built, tools = BM25Index.build([]), []
                 self._lexicon = (built, tools)
@@ -232,41 +427,50 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         at = time.time() if at is None else float(at)
         tid = ToolId(*tool_id)
         kept, uses = [], 1
-        for e in self._tools.get(tid, ()):
+        for e in (self._examples(tid) if tid in self._rows else ()):
             if near_duplicate(e.request, request):
                 uses += e.uses
             else:
                 kept.append(e)
         kept.append(LearnedExample(request, at, uses))
-        return self._copy({**self._tools, tid: kept})
+        return self._copy({**self._rows, tid: kept})
 
     def remove(self, tool_id: tuple[str, str] | None = None, request: str | None = None) -> tuple["LearnedExamples", int]:
         """A copy without the tool's learned examples (only ``request`` when given; every tool's
         when ``tool_id`` is None), and how many were removed."""
-        tools = dict(self._tools)
+        tools = dict(self._rows)
         targets = list(tools) if tool_id is None else [ToolId(*tool_id)]
         removed = 0
         for tid in targets:
-            before = tools.get(tid, ())
-            after = tuple(e for e in before if request is not None and e.request != request)
+            if tid not in tools:
+                continue
+            if request is None:
+                removed += self._counts[tid]
+                del tools[tid]
+                continue
+            before = self._examples(tid)
+            after = tuple(e for e in before if e.request != request)
+            if len(after) == len(before):
+                continue
             removed += len(before) - len(after)
             if after:
                 tools[tid] = after
             else:
-                tools.pop(tid, None)
+                del tools[tid]
         return self._copy(tools), removed
 
     # persistence
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "limit": self.limit, "max_total": self.max_total, "tools": [
-            {"server": t.server, "tool": t.tool, "examples": [e.to_dict() for e in ex]}
-            for t, ex in sorted(self._tools.items())]}
+        """Every learned example as one JSON document (the form a 0.8.0 store kept them in)."""
+        return {"format": 1, "limit": self.limit, "max_total": self.max_total, "tools": [
+            {"server": t.server, "tool": t.tool, "examples": [e.to_dict() for e in self._examples(t)]}
+            for t in sorted(self._rows)]}
 
     @classmethod
     def from_dict(cls, data: Any) -> "LearnedExamples":
-        """Raises ValueError naming what is malformed."""
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"learned examples: expected an object with format {FORMAT}")
+        """The examples of a :meth:`to_dict` document. Raises ValueError naming what is malformed."""
+        if not isinstance(data, dict) or data.get("format") != 1:
+            raise ValueError("learned examples: expected an object with format 1")
         try:
             tools: dict[ToolId, list[LearnedExample]] = {}
             for row in data["tools"]:
@@ -281,31 +485,40 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             raise ValueError(f"learned examples: malformed ({type(exc).__name__}: {exc})") from None
 
     def save(self, directory: str | Path) -> Path:
-        """Write ``directory/learned.json`` (and the stored tenant vectors) atomically (a temporary folder
-        renamed into place)."""
+        """Write the examples as a store version (format :data:`FORMAT`) into ``directory`` atomically (a
+        temporary folder renamed into place): :data:`FILE` the tool table (each tool's number of requests
+        and the key of its stored vector), :data:`REQUESTS` the requests, one line per tool,
+        :data:`VECTORS` the vectors, :data:`LEXICON` the lexical index. A tool read from a store and not
+        changed since is written back as the bytes it was read as."""
         directory = Path(directory)
-        data = self.to_dict()
-        if not round_trips(data):
+        tools = sorted(self._rows)
+        lines = []
+        for tid in tools:
+            row = self._rows[tid]
+            if not isinstance(row, bytes):
+                data = [[e.request, e.learned_at, e.uses] for e in row]
+                if not round_trips(data):
+                    raise CatalogError("learned examples cannot be stored as JSON and read back unchanged")
+                row = dumps_line(data).encode("utf-8")
+            lines.append(row)
+        blob = b"".join(line + b"\n" for line in lines)
+        keyed = [t for t in tools if t in self._vectors]
+        head = {"format": FORMAT, "limit": self.limit, "max_total": self.max_total,
+                "requests_crc32": zlib.crc32(blob),
+                "tools": [[t.server, t.tool, self._counts[t], self._vectors[t][0] if t in self._vectors else None]
+                          for t in tools]}
+        if not round_trips(head):
             raise CatalogError("learned examples cannot be stored as JSON and read back unchanged")
         with written_aside(directory) as tmp:   # mkdtemp: a 0700 folder; the files 0600 (what users typed)
-            fd = os.open(tmp / FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with open(fd, "w", encoding="utf-8") as fh:
-                fh.write(dumps_line(data) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            if self._vectors:
-                tools = sorted(self._vectors)
-                keys = [{"server": t.server, "tool": t.tool, "key": self._vectors[t][0]} for t in tools]
-                fd = os.open(tmp / VECTOR_KEYS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with open(fd, "w", encoding="utf-8") as fh:
-                    fh.write(json.dumps(keys) + "\n")
-                fd = os.open(tmp / VECTORS, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with open(fd, "wb") as fh:
-                    np.save(fh, np.stack([self._vectors[t][1] for t in tools]).astype(np.float32))
+            _write_private(tmp / REQUESTS, blob)
+            if keyed:
+                with _open_private(tmp / VECTORS) as fh:
+                    np.save(fh, np.stack([self._vectors[t][1] for t in keyed]).astype(np.float32))
                     fh.flush()
                     os.fsync(fh.fileno())
-            lexicon, tools = self.lexicon()
-            if tools:   # built here, once per version, so a search after a restart only reads it
+            _write_private(tmp / FILE, (json.dumps(head, ensure_ascii=False) + "\n").encode("utf-8"))
+            lexicon, lex_tools = self.lexicon()
+            if lex_tools:   # built here, once per version, so a search after a restart only reads it
                 lexicon.save(tmp / LEXICON)
                 for path in [tmp / LEXICON, *(tmp / LEXICON).rglob("*")]:   # what users typed: private
                     os.chmod(path, 0o700 if path.is_dir() else 0o600)
@@ -313,32 +526,130 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
 
     @classmethod
     def load(cls, directory: str | Path) -> "LearnedExamples":
-        path = Path(directory) / FILE
+        """Read a version written by :meth:`save` (or by 0.8.0: format 1, one JSON document).
+
+        Only the tool table, the vectors and the lexical index are decoded; each tool's requests are
+        kept as the bytes of their line until asked for (a search needs none of them).
+
+        Raises:
+            ValueError: a missing, damaged or unknown store (the message names the file).
+        """
+        directory = Path(directory)
+        path = directory / FILE
         try:
-            found = cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+            head = json.loads(path.read_bytes())
         except FileNotFoundError:
             raise ValueError(f"{path}: no learned examples file") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: invalid JSON ({exc.msg})") from None
-        keys_path, vec_path = Path(directory) / VECTOR_KEYS, Path(directory) / VECTORS
-        if keys_path.exists() and vec_path.exists():
-            try:   # stored vectors are a cache: unreadable ones are recomputed, never fatal
-                keys = json.loads(keys_path.read_text(encoding="utf-8"))
-                matrix = np.load(vec_path, allow_pickle=False)
-                if len(keys) == len(matrix):
-                    found._vectors = {ToolId(k["server"], k["tool"]): (str(k["key"]), matrix[i])
-                                      for i, k in enumerate(keys) if ToolId(k["server"], k["tool"]) in found._tools}
-            except (ValueError, KeyError, TypeError, OSError):
-                pass
-        lexicon = Path(directory) / LEXICON
-        if lexicon.is_dir() and found._tools:
+        except (ValueError, OSError) as exc:   # not UTF-8, unreadable
+            raise ValueError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+        fmt = head.get("format") if isinstance(head, dict) else None
+        if fmt == 1:
+            found = cls.from_dict(head)
+            found._vectors = _read_v1_vectors(directory, found)
+        elif fmt == FORMAT:
+            found = cls._read(directory, head)
+        else:
+            raise ValueError(f"{path}: learned examples of format {fmt!r}; this release reads formats 1 and {FORMAT}")
+        lexicon = directory / LEXICON
+        if lexicon.is_dir() and found._rows:
             try:   # a cache too: an unreadable or mismatched one is built again on first use
                 from .bm25 import BM25Index
 
-                found._lexicon = (BM25Index.load(lexicon, len(found._tools)), sorted(found._tools))
+                found._lexicon = (BM25Index.load(lexicon, len(found._rows)), sorted(found._rows))
             except Exception:  # noqa: BLE001 - bm25s raises several kinds on a damaged folder
                 found._lexicon = None
         return found
+
+    @classmethod
+    def _read(cls, directory: Path, head: dict[str, Any]) -> "LearnedExamples":
+        """A format-2 version: the tool table of ``head``, each tool's line of :data:`REQUESTS` unparsed."""
+        path = directory / REQUESTS
+        try:
+            limit, max_total, table = int(head["limit"]), int(head["max_total"]), head["tools"]
+            crc = int(head["requests_crc32"])
+            if not isinstance(table, list):
+                raise TypeError("tools is not a list")
+            _check_bounds(limit, max_total)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{directory / FILE}: malformed ({type(exc).__name__}: {exc})") from None
+        try:
+            blob = path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        if zlib.crc32(blob) != crc:
+            raise ValueError(f"{path}: damaged (its checksum does not match {FILE})")
+        lines = blob.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        if len(lines) != len(table):
+            raise ValueError(f"{path}: {len(lines)} lines for {len(table)} tools in {FILE}")
+        rows: dict[ToolId, Any] = {}
+        counts: dict[ToolId, int] = {}
+        keys: list[tuple[ToolId, str]] = []
+        for entry, line in zip(table, lines):
+            if not (isinstance(entry, list) and len(entry) == 4 and type(entry[0]) is str
+                    and type(entry[1]) is str and type(entry[2]) is int and entry[2] > 0
+                    and (entry[3] is None or type(entry[3]) is str)):
+                raise ValueError(f"{directory / FILE}: malformed tool row {str(entry)[:200]}")
+            tid = ToolId(entry[0], entry[1])
+            if tid in rows:
+                raise ValueError(f"{directory / FILE}: {tid.server}/{tid.tool} appears twice")
+            rows[tid], counts[tid] = line, entry[2]
+            if entry[3] is not None:
+                keys.append((tid, entry[3]))
+        vectors: dict[ToolId, tuple[str, np.ndarray]] = {}
+        if keys:
+            try:   # stored vectors are a cache: unreadable ones are recomputed, never fatal
+                matrix = np.load(directory / VECTORS, allow_pickle=False)
+                if matrix.ndim != 2 or len(matrix) != len(keys):
+                    raise ValueError(f"{len(matrix)} rows for {len(keys)} keys")
+                vectors = {tid: (key, matrix[i]) for i, (tid, key) in enumerate(keys)}
+            except (ValueError, OSError) as exc:
+                log.warning("%s: stored tenant vectors cannot be used (%s); they are recomputed",
+                            directory / VECTORS, exc)
+                matrix = None
+        out = cls.__new__(cls)
+        out.limit, out.max_total = limit, max_total
+        out._setup(rows, counts, vectors)
+        if vectors:
+            out._stored = (matrix, {tid: i for i, (tid, _) in enumerate(keys)})
+        return out
+
+
+def _check_bounds(limit: int, max_total: int) -> None:
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1 learned example per tool, got {limit}")
+    if max_total < 1:
+        raise ValueError(f"max_total must be at least 1 learned example, got {max_total}")
+
+
+def _open_private(path: Path) -> Any:
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    with _open_private(path) as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _read_v1_vectors(directory: Path, found: LearnedExamples) -> dict[ToolId, tuple[str, np.ndarray]]:
+    """The tenant vectors of a format-1 version (keys of 0.8.0's form, checked when first resolved)."""
+    keys_path, vec_path = directory / VECTOR_KEYS, directory / VECTORS
+    if not (keys_path.exists() and vec_path.exists()):
+        return {}
+    try:   # stored vectors are a cache: unreadable ones are recomputed, never fatal
+        keys = json.loads(keys_path.read_text(encoding="utf-8"))
+        matrix = np.load(vec_path, allow_pickle=False)
+        if len(keys) != len(matrix):
+            return {}
+        return {ToolId(k["server"], k["tool"]): (str(k["key"]), matrix[i])
+                for i, k in enumerate(keys) if ToolId(k["server"], k["tool"]) in found._rows}
+    except (ValueError, KeyError, TypeError, OSError):
+        return {}
 
 
 # ------------------------------------------------------------------ retrieval with learned examples
@@ -383,13 +694,55 @@ _TOOL_VECTORS_SIZE = 20_000
 _TOOL_LOCK = threading.Lock()
 
 
-def vector_key(index: Any, tool: Any, requests: Iterable[str]) -> str:
-    """What a tenant vector depends on: the encoder, whether the index has examples, the tool's content
-    and the learned requests (a short hash; a stored vector is used only under the same key)."""
-    import hashlib
+def _content_hashes(index: Any) -> Any:
+    """``hash_of(tool) -> tool.content_hash()``, read from the index where it keeps it: a :class:`ToolIndex`
+    holds each tool's content hash with its vector, current after every update (computed when it was
+    loaded), so checking stored vectors after a restart hashes no tool again."""
+    kept = getattr(index, "_vectors", None)
 
+    def hash_of(tool: Any) -> str:
+        entry = kept.get((tool.server, tool.name)) if isinstance(kept, dict) else None
+        if isinstance(entry, tuple) and entry and isinstance(entry[0], str):
+            return entry[0]
+        return tool.content_hash()
+    return hash_of
+
+
+def _content_hash(index: Any, tool: Any) -> str:
+    return _content_hashes(index)(tool)
+
+
+def _context_prefix(index: Any) -> str:
     name = getattr(index.encoder, "name", None) or f"id:{id(index.encoder)}"   # an unnamed encoder is only itself
-    parts = [str(name), str(bool(index.with_examples)), tool.content_hash(),
+    return f"{name}\x1f{bool(index.with_examples)}\x1f"
+
+
+def _context(prefix: str, content_hash: str) -> str:
+    return hashlib.sha256((prefix + content_hash).encode("utf-8")).hexdigest()[:16]
+
+
+def context_key(index: Any, tool: Any) -> str:
+    """What a tenant vector depends on besides the learned requests: the encoder, whether the index has
+    examples, the tool's content (a short hash)."""
+    return _context(_context_prefix(index), _content_hash(index, tool))
+
+
+def requests_key(requests: Iterable[str]) -> str:
+    """The learned requests a tenant vector was made from (a short hash)."""
+    return hashlib.sha256("\x1f".join(r for r in requests if r.strip()).encode("utf-8")).hexdigest()[:16]
+
+
+def vector_key(index: Any, tool: Any, requests: Iterable[str]) -> str:
+    """What a tenant vector depends on: ``context_key:requests_key`` (a stored vector is used only under the
+    same key). Stored with the vector, its second half is checked against the requests it is stored with
+    (:meth:`LearnedExamples.with_vector`), so reading a store back compares only the first."""
+    return f"{context_key(index, tool)}:{requests_key(requests)}"
+
+
+def _legacy_vector_key(index: Any, tool: Any, requests: Iterable[str]) -> str:
+    """The key 0.8.0 stored: one hash of the context and the requests."""
+    name = getattr(index.encoder, "name", None) or f"id:{id(index.encoder)}"
+    parts = [str(name), str(bool(index.with_examples)), _content_hash(index, tool),
              *[r for r in requests if r.strip()]]
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:24]
 
@@ -424,7 +777,6 @@ def tenant_vector(index: Any, tool_id: tuple[str, str], requests: Iterable[str])
     requests = tuple(requests)
     return vector_key(index, tool, requests), learned_vector(index, tool, requests)
 
-
 def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: str, need: str | None = None,
                           eligible: Eligibility | None = None, k: int = 100) -> list[Hit]:
     """``index.retrieve`` for a tenant with learned examples (the same hits when it has none that apply).
@@ -434,34 +786,58 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     the shared one; BM25 over the tenant's learned requests (eligible tools only) is one more list
     (``fusion.w_learned_bm25``); the lists are fused as the index fuses them.
     """
-    relevant = {tid for tid in (learned or {}) if tid in index.catalog and (eligible is None or eligible.allows(tid))}
+    if learned is None or not len(learned):
+        return index.retrieve(request, need, eligible, k=k)
+    resolved = learned._resolve(index)
+    relevant = resolved.learned
+    if eligible is not None:
+        relevant = [tid for tid in relevant if eligible.allows(tid)]
     if not relevant:
         return index.retrieve(request, need, eligible, k=k)
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
+    everyone = len(relevant) == len(resolved.learned)
+    allowed = None if everyone else set(relevant)
     depth = max(k, index.fusion.depth)
     query, need_q = index.request_text(request, need), index.need_text(need)
     qv, nv = index.embed_queries(request, need)
 
-    def dense_order(vector: np.ndarray, text: str) -> list[tuple[ToolId, float]]:
-        """One dense list with the tenant's vectors for its tools with learned examples."""
-        got = index.retrieve(text, None, eligible, k=depth, stage="dense", query_vector=vector)
-        scores = {h.tool_id: float(h.dense_score) for h in got}
-        q = np.asarray(vector, dtype=np.float32)
-        if tenant_vectors:
-            tids = list(tenant_vectors)
-            for tid, score in zip(tids, np.stack([tenant_vectors[t] for t in tids]) @ q):
-                scores[tid] = float(score)
-        return sorted(scores.items(), key=lambda kv: -kv[1])[:depth]   # stable: ties keep the index's order
+    learned.vectors_for(index)   # a bounded few missing or stale ones recomputed
+    tids, matrix, rows = learned._table(index)
+    usable = (np.ones(len(tids), dtype=bool) if allowed is None else
+              np.fromiter((t in allowed for t in tids), dtype=bool, count=len(tids)))
 
-    every = learned.vectors_for(index) if learned is not None else {}
-    tenant_vectors = {tid: every[tid] for tid in relevant if tid in every}
+    def dense_order(vector: np.ndarray, text: str) -> list[tuple[ToolId, float]]:
+        """One dense list with the tenant's vectors for its tools with learned examples: the index's hits
+        (their tenant score where they have one), then the other tenant tools, by score (ties keep that
+        order). A tenant score is one row's dot product (einsum: the same bits whichever rows are
+        scored with it, unlike a BLAS matrix-vector product)."""
+        got = index.retrieve(text, None, eligible, k=depth, stage="dense", query_vector=vector)
+        if not tids:
+            return sorted(((h.tool_id, float(h.dense_score)) for h in got), key=lambda kv: -kv[1])[:depth]
+        scores = np.einsum("ij,j->i", matrix, np.asarray(vector, dtype=matrix.dtype))
+        taken = ~usable
+        items = []
+        for h in got:
+            i = rows.get(h.tool_id)
+            if i is None or taken[i]:
+                items.append((h.tool_id, float(h.dense_score)))
+            else:
+                items.append((h.tool_id, float(scores[i])))
+                taken[i] = True
+        rest = np.flatnonzero(~taken)
+        best = rest[np.argsort(-scores[rest], kind="stable")[:depth]]   # only these can reach the list
+        items.extend((tids[i], float(scores[i])) for i in best)
+        return sorted(items, key=lambda kv: -kv[1])[:depth]   # stable: ties keep the order above
+
     learned_lexical: list[ToolId] = []
-    if index.fusion.w_learned_bm25 > 0 and learned is not None:
+    if index.fusion.w_learned_bm25 > 0:
         lex, lex_tools = learned.lexicon()
-        mask = np.array([t in relevant for t in lex_tools], dtype=bool)
-        rows, _ = lex.search(query, len(lex_tools), mask)
-        learned_lexical = [lex_tools[int(r)] for r in rows]
+        if lex_tools:
+            mask = (learned._lexicon_mask(index, lex_tools) if allowed is None else
+                    np.fromiter((t in allowed for t in lex_tools), dtype=bool, count=len(lex_tools)))
+            found_rows, _ = lex.search(query, len(lex_tools), mask)
+            learned_lexical = [lex_tools[int(r)] for r in found_rows]
 
     lexical = index.retrieve(query, None, eligible, k=depth, stage="bm25")
     d_order = dense_order(qv, query)

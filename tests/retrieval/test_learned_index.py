@@ -4,6 +4,9 @@ the same bytes whoever embedded first, a lexical channel, a bound per tenant."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,7 +138,7 @@ def test_without_stored_vectors_a_search_computes_a_bounded_few(monkeypatch):
     first = len(encoder.seen)
     retrieve_with_learned(index, learned, "anything at all")
     assert first <= 2 * 8 + 3          # two tools' passages and requests, and the query
-    assert len(learned._resolved[2]) == len(tools) - 4   # two per search so far
+    assert len(learned._resolved.pending) == len(tools) - 4   # two per search so far
 
 
 def test_max_total_is_kept_with_the_examples(tmp_path):
@@ -166,3 +169,146 @@ def test_learned_requests_of_stop_words_only_give_no_lexical_list():
     learned = LearnedExamples().add(SHARDS, "a the of", at=1)
     assert learned.lexicon()[1] == []
     assert retrieve_with_learned(index, learned, "what is the shard status")   # no crash, hits as usual
+
+
+# ------------------------------------------------------------------ the store (format 2) and 0.8.0's
+
+V1 = Path(__file__).resolve().parent.parent / "data" / "learned_v1"   # a version written by 0.8.0 (format 1)
+POST = ToolId("Slack", "post_message")
+
+
+def _v1_copy(tmp_path):
+    shutil.copytree(V1, tmp_path / "v1")
+    return tmp_path / "v1"
+
+
+def _taught(index, vectors=(SHARDS, ISSUE)):
+    """What tests/data/learned_v1 holds (vectors for two of its three tools), taught again today."""
+    learned = (LearnedExamples().add(SHARDS, "why is my cluster yellow", at=1000.5)
+               .add(SHARDS, "replica shards unassigned on node 3", at=1001.25)
+               .add(ISSUE, "file a bug about the zorblax crash — naïve ünïcode", at=1002)
+               .add(ISSUE, "file a bug about the zorblax crash naïve ünïcode", at=1003)
+               .add(POST, "tell the team the deploy is done", at=1004))
+    for tid in vectors:
+        learned = learned.with_vector(tid, *tenant_vector(index, tid, learned.requests(tid)))
+    return learned
+
+
+class RecordingHashEncoder(HashEncoder):   # the name 0.8.0's vectors were made with
+    def encode(self, texts, **kw):
+        self.seen = [*getattr(self, "seen", []), *texts]
+        return super().encode(texts, **kw)
+
+
+def test_a_version_written_by_0_8_0_is_read_searched_alike_and_rewritten_in_todays_form(tmp_path):
+    index = ToolIndex.build(tiny_catalog(), encoder=RecordingHashEncoder())
+    old = LearnedExamples.load(_v1_copy(tmp_path))
+    today = _taught(index)
+    assert dict(old.items()) == dict(today.items()) and old.total == 4
+    _clear()
+    index.encoder.seen = []
+    for request, need in (("cluster shards yellow", None), ("zorblax crash", "file a bug")):
+        assert retrieve_with_learned(index, old, request, need) == retrieve_with_learned(index, today, request, need)
+    # 0.8.0's stored vectors are used as they are (the tool without one is computed, as then)
+    assert not set(index.encoder.seen) & set(old.requests(SHARDS) + old.requests(ISSUE))
+    assert set(old.requests(POST)) <= set(index.encoder.seen)
+    assert old == today                       # their keys now in today's form
+    old.save(tmp_path / "v2")
+    names = sorted(p.name for p in (tmp_path / "v2").iterdir())
+    assert names == ["learned.json", "lexicon", "requests.jsonl", "vectors.npy"]
+    head = json.loads((tmp_path / "v2" / "learned.json").read_text(encoding="utf-8"))
+    assert head["format"] == learned_mod.FORMAT == 2 and all(":" in row[3] for row in head["tools"] if row[3])
+    back = LearnedExamples.load(tmp_path / "v2")
+    assert back == today
+    assert retrieve_with_learned(index, back, "zorblax crash", "file a bug") == \
+        retrieve_with_learned(index, today, "zorblax crash", "file a bug")
+
+
+def test_a_search_after_a_restart_reads_no_learned_request(tmp_path, monkeypatch):
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    every = (SHARDS, ISSUE, POST)
+    _taught(index, every).save(tmp_path / "v")
+    expected = retrieve_with_learned(index, _taught(index, every), "zorblax crash", "file a bug")
+    back = LearnedExamples.load(tmp_path / "v")
+
+    def parse(*_a):
+        raise AssertionError("a request was parsed")
+    monkeypatch.setattr(learned_mod, "_parse_row", parse)
+    assert retrieve_with_learned(index, back, "zorblax crash", "file a bug") == expected
+    assert SHARDS in back and ("Nope", "x") not in back and len(back) == 3 and back.total == 4
+    monkeypatch.undo()
+    assert back.requests(ISSUE) == ("file a bug about the zorblax crash naïve ünïcode",)
+
+
+def test_unchanged_tools_are_written_back_as_read_and_a_removed_request_leaves_no_trace(tmp_path):
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    _taught(index).save(tmp_path / "v1")
+    back = LearnedExamples.load(tmp_path / "v1")
+    lines = (tmp_path / "v1" / "requests.jsonl").read_bytes().split(b"\n")
+    fewer, n = back.remove(SHARDS, "why is my cluster yellow")
+    assert n == 1 and fewer.vector(SHARDS, back._vectors[SHARDS][0]) is None   # its requests changed
+    assert fewer.vectors_stored == 1                                             # the other tool's stays
+    fewer.save(tmp_path / "v2")
+    folder = tmp_path / "v2"
+    assert b"cluster yellow" not in b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+    again = (folder / "requests.jsonl").read_bytes().split(b"\n")
+    assert again[1:] == lines[1:] and again[0] != lines[0]
+    assert LearnedExamples.load(folder) == fewer
+
+
+def test_a_damaged_version_is_a_clear_error_and_the_store_serves_the_one_before(tmp_path):
+    from serve.index_store import IndexStore
+
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    store = IndexStore(tmp_path, LearnedExamples.load, keep=3)
+    first = LearnedExamples().add(SHARDS, "cluster yellow", at=1)
+    with store.write_lock():
+        store.publish(first)
+        store.publish(_taught(index))
+    v2 = tmp_path / "v2"
+    requests = (v2 / "requests.jsonl").read_bytes()
+    (v2 / "requests.jsonl").write_bytes(requests.replace(b"yellow", b"yelLow"))
+    with pytest.raises(ValueError, match="damaged"):
+        LearnedExamples.load(v2)
+    version, found, skipped = store.load_newest_readable()
+    assert version == 1 and found == first and "damaged" in skipped[0][1]
+    (v2 / "requests.jsonl").write_bytes(requests)
+    head = (v2 / "learned.json").read_text(encoding="utf-8")
+    for text, match in ((head[: len(head) // 2], "invalid JSON"), (head.replace('"format": 2', '"format": 9'), "format 9"),
+                        (head.replace(", 2, ", ", 2.5, ", 1), "malformed"), ('{"format": 2}', "malformed")):
+        (v2 / "learned.json").write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=match):
+            LearnedExamples.load(v2)
+    (v2 / "learned.json").write_text(head, encoding="utf-8")
+    (v2 / "requests.jsonl").unlink()
+    with pytest.raises(ValueError, match="requests.jsonl"):
+        LearnedExamples.load(v2)
+    (v2 / "requests.jsonl").write_bytes(requests)
+    (v2 / "vectors.npy").write_bytes(b"\x00garbage")          # a cache: recomputed, never fatal
+    damaged = LearnedExamples.load(v2)
+    assert damaged.vectors_stored == 0 and dict(damaged.items()) == dict(_taught(index).items())
+    assert retrieve_with_learned(index, damaged, "zorblax crash")
+
+
+def test_a_vector_is_stored_only_with_the_requests_it_was_made_for():
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    learned = LearnedExamples().add(SHARDS, "cluster yellow", at=1)
+    key, vec = tenant_vector(index, SHARDS, ["something else entirely"])
+    with pytest.raises(ValueError, match="other learned requests"):
+        learned.with_vector(SHARDS, key, vec)
+    assert LearnedExamples(learned._tools, vectors={SHARDS: (key, vec)}).vectors_stored == 0
+
+
+def test_a_tenant_score_is_the_same_whichever_tools_are_eligible():
+    """A tool's tenant score does not depend on which other tools are scored with it (nor on the process's
+    hash seed, which orders sets): one row's dot product each."""
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    learned = LearnedExamples()
+    for i, t in enumerate(index.catalog):
+        learned = learned.add(t.id, f"learned words number {i} {t.name}", at=i)
+        learned = learned.with_vector(t.id, *tenant_vector(index, t.id, learned.requests(t.id)))
+    request = "list the shards and the channels"
+    every = {h.tool_id: h.dense_score for h in retrieve_with_learned(index, learned, request)}
+    for servers in (["Elasticsearch"], ["Slack", "Weather"], ["GitHub", "Elasticsearch", "Slack"]):
+        some = retrieve_with_learned(index, learned, request, eligible=Eligibility.of(servers=servers))
+        assert some and all(h.dense_score == every[h.tool_id] for h in some if h.dense_score is not None)
