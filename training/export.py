@@ -363,7 +363,7 @@ def update_calibration(model_dir: str | Path, calibration: Calibration | Mapping
 
 
 def _train_args(source: str) -> dict[str, Any]:
-    """Record settings saved beside a checkpoint by training/train.py (``train_args.json``), if any."""
+    """Record settings saved beside a checkpoint by its training run (``train_args.json``, training/distill.py), if any."""
     path = Path(source) / "train_args.json"
     if not path.is_file():
         return {}
