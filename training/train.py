@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import sys
 
-# train_encoder imports the run record from here; the definitions live in run_record.
-from .run_record import start_run, trained_data_hash, write_run_record
-
-__all__ = ["main", "start_run", "trained_data_hash", "write_run_record"]
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     from sentence_transformers.training_args import BatchSamplers, MultiDatasetBatchSamplers
     from transformers import TrainerCallback
 
-    from .train import trained_data_hash, write_run_record
+    from .run_record import trained_data_hash, write_run_record
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
