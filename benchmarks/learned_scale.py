@@ -1,6 +1,6 @@
 """Search time of a tenant that has learned a lot, against a tenant that has learned nothing (issue 36).
 
-    python benchmarks/learned_scale.py [--tools 2797] [--per-tool 20] [--n 40]
+    python benchmarks/learned_scale.py [--tools 2797] [--per-tool 20] [--n 40] [--random-vectors]
 
 A tenant with ``--per-tool`` learned requests on each of ``--tools`` shipped tools (the whole catalog by
 default), stored the way the service stores them (an ``IndexStore`` version: ``learned.json`` and the
@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-tool", type=int, default=20)
     p.add_argument("--n", type=int, default=40, help="dev questions timed warm")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--random-vectors", action="store_true",
+                   help="timing only: random tenant vectors under the right keys, the learned requests never "
+                        "embedded (set-up in seconds at full size; the answers mean nothing)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "learned_scale.json")
     a = p.parse_args(argv)
     import onnxruntime
@@ -74,12 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     now = time.time()
     examples = {t.id: [LearnedExample(r, now - i, 1) for i, r in enumerate(learned_requests(t, a.per_tool))]
                 for t in tools}
-    learned = LearnedExamples(examples, limit=a.per_tool, max_total=max(len(tools) * a.per_tool, 1))
+    bounds = {"limit": a.per_tool, "max_total": max(len(tools) * a.per_tool, 1)}
+    learned = LearnedExamples(examples, **bounds)
+    rng = np.random.default_rng(0)
+    vectors = {}
     for t in tqdm(tools, desc="tenant vectors", unit="tool", disable=None):
         reqs = learned.requests(t.id)
-        vecs = index.encoder.encode(tool_passages(t, with_examples=index.with_examples) + list(reqs))
-        c = vecs.mean(0)
-        learned = learned.with_vector(t.id, vector_key(index, t, reqs), c / max(float(np.linalg.norm(c)), 1e-12))
+        if a.random_vectors:
+            c = rng.standard_normal(int(getattr(index.encoder, "dim", 384))).astype(np.float32)
+        else:
+            c = index.encoder.encode(tool_passages(t, with_examples=index.with_examples) + list(reqs)).mean(0)
+        vectors[t.id] = (vector_key(index, t, reqs), c / max(float(np.linalg.norm(c)), 1e-12))
+    learned = LearnedExamples(examples, **bounds, vectors=vectors)
     setup_s = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         store = IndexStore(Path(tmp), LearnedExamples.load, keep=2)
@@ -117,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "warm_p50_ms": {k: round(v, 1) for k, v in p50.items()},
         "warm_p90_ms": {k: round(float(np.percentile(v, 90)), 1) for k, v in times.items()},
         "warm_ratio": round(p50["learned examples"] / p50["no learned examples"], 2),
-        "n": len(qs) - 2,
+        "n": len(qs) - 2, "random_vectors": a.random_vectors,
         "same_first_tool": first.tools[0].tool_id == first_plain.tools[0].tool_id if first.tools and first_plain.tools else None,
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
