@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,16 @@ class BudgetCallback(TrainerCallback):
         self.mark = time.time()
 
     def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        (folder / "progress.json").write_text(json.dumps(self.run.progress))
+        """The run's progress beside the checkpoint the trainer just saved (written aside, then renamed),
+        then the older checkpoints removed: whenever the run is killed, one checkpoint with its
+        ``progress.json`` is on disk (the trainer's own ``save_total_limit`` would delete the older one
+        before this one has its progress)."""
+        root = Path(args.output_dir)
+        folder = root / f"checkpoint-{state.global_step}"
+        tmp = folder / "progress.json.tmp"
+        tmp.write_text(json.dumps(self.run.progress))
+        tmp.replace(folder / "progress.json")
+        for older in root.glob("checkpoint-*"):
+            if older != folder and older.is_dir():
+                shutil.rmtree(older, ignore_errors=True)
         self.mark = time.time()

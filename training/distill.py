@@ -401,13 +401,6 @@ class ListRows:
         return out
 
 
-def in_order(dataset: Any, batch_size: int, drop_last: bool, **_: Any) -> Any:
-    """The trainer's batches in the dataset's order (the steps are planned by :func:`plan_steps`)."""
-    from torch.utils.data import BatchSampler, SequentialSampler
-
-    return BatchSampler(SequentialSampler(dataset), batch_size, drop_last)
-
-
 @dataclass
 class DistillRun:
     """What the trainer's callback needs of a run: its model, dev sets, totals and output folder."""
@@ -519,6 +512,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--needs {a.needs}: no such file")
     state = last_state(a.out) if a.resume else None
     if a.resume and state is None:
+        if (a.out / "state" / "progress.json").is_file():   # the hand loop's state, before issue 37
+            p.error(f"--resume: {a.out / 'state'} was written by the training loop before the library trainer and "
+                    "cannot be resumed; continue from its weights as a new stage: --init "
+                    f"{a.out / 'state'} --start-step N (N: the step in its progress.json) and another --out")
         p.error(f"--resume: {a.out / 'state'} holds no saved checkpoint; start without --resume")
     from scorer.record import REQUEST_CUTS
 
@@ -612,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     args = CrossEncoderTrainingArguments(
         output_dir=str(a.out / "state"), max_steps=run_steps, per_device_train_batch_size=a.lists_per_step,
         learning_rate=a.lr, max_grad_norm=1.0, seed=a.seed, logging_steps=50, eval_strategy="no",
-        save_strategy="no", save_total_limit=1, report_to="none", dataloader_num_workers=0,
+        save_strategy="no", report_to="none", dataloader_num_workers=0,
         batch_sampler=PlannedBatches(groups), use_cpu=not torch.cuda.is_available())
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss,
                                   callbacks=[BudgetCallback(run)], optimizers=(opt, run.scheduler))

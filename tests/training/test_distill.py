@@ -93,3 +93,37 @@ def test_the_step_plan_reads_every_list_once_an_epoch_in_similar_lengths():
     assert plan == plan_steps(lists, 4, 2.0, seed=3)                   # and the same on a resumed run
     half = plan_steps(lists, 4, 0.5, seed=3)
     assert half == plan[:len(half)] and len(half) == 16
+
+
+def test_a_saved_checkpoint_has_its_progress_before_the_older_one_goes(tmp_path):
+    """The callback writes progress.json beside the checkpoint the trainer just saved, then removes the older
+    ones: at any moment one checkpoint with its progress is on disk (the trainer's save_total_limit removed
+    the older one before the new one had its progress.json, so a kill in between left nothing to resume)."""
+    from types import SimpleNamespace
+
+    from training.budget import BudgetCallback
+    from training.distill import last_state
+
+    state = tmp_path / "state"
+    (state / "checkpoint-2").mkdir(parents=True)
+    (state / "checkpoint-2" / "progress.json").write_text('{"step": 2}')
+    (state / "checkpoint-5").mkdir()                  # just saved by the trainer, no progress yet
+    assert last_state(tmp_path) == state / "checkpoint-2"
+    run = SimpleNamespace(progress={"step": 5, "pairs": 40})
+    BudgetCallback(run).on_save(SimpleNamespace(output_dir=str(state)), SimpleNamespace(global_step=5), None)
+    assert sorted(p.name for p in state.iterdir()) == ["checkpoint-5"]
+    assert json.loads((state / "checkpoint-5" / "progress.json").read_text()) == {"step": 5, "pairs": 40}
+    assert last_state(tmp_path) == state / "checkpoint-5"
+
+
+def test_resuming_a_state_of_the_loop_before_the_library_trainer_says_how_to_go_on(tmp_path, capsys):
+    from training.distill import main
+
+    teacher = tmp_path / "t.jsonl"
+    teacher.write_text(json.dumps({"id": "a", "query": "q", "candidates": [{"server": "S", "tool": "t", "p_yes": 1}]}))
+    (tmp_path / "run" / "state").mkdir(parents=True)
+    (tmp_path / "run" / "state" / "progress.json").write_text('{"step": 120}')   # the hand loop's layout
+    with pytest.raises(SystemExit):
+        main(["--teacher", str(teacher), "--out", str(tmp_path / "run"), "--resume"])
+    err = capsys.readouterr().err
+    assert "cannot be resumed" in err and "--init" in err and "--start-step" in err

@@ -93,6 +93,7 @@ def test_the_shipped_training_path_runs_resumes_and_exports(tmp_path):
     assert main([*flags, "--resume"]) == 0        # no budget: on to the end of its plan (6 lists x 2 / 2)
     curve = [json.loads(l) for l in (out / "curve.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve] == [0, 1, 6]
+    assert sorted(p.name for p in (out / "state").iterdir()) == ["checkpoint-6"]   # one checkpoint kept
     assert curve[-1]["pairs"] > curve[1]["pairs"] > 0 and curve[-1]["train_minutes"] >= curve[1]["train_minutes"]
     last = json.loads((out / "last" / "train_args.json").read_text())
     assert last["checkpoint"] == {"step": 6, "total_pairs": curve[-1]["pairs"],
