@@ -438,12 +438,14 @@ def quiet_broken_pipe() -> int:
 COMMANDS = ("index", "search", "eval", "servers")
 
 
-def _hand_over(argv: list[str]) -> int:
-    """Run ``python -m serve.commands ARGV`` in place of this process (POSIX) or as a child (elsewhere)."""
+def _hand_over(argv: list[str], replace: bool) -> int:
+    """Run ``python -m serve.commands ARGV``: in place of this process when ``replace`` (the program's own
+    command line, on POSIX), else as a child whose exit status is returned (``main(argv)`` called from
+    Python must come back to its caller)."""
     cmd = [sys.executable, "-m", "serve.commands", *argv]
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.name == "posix":
+    if replace and os.name == "posix":
         os.execv(sys.executable, cmd)
     import subprocess
 
@@ -452,12 +454,13 @@ def _hand_over(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """These four commands here, every other one handed to ``serve.commands``; a reader that closes the pipe early ends them quietly."""
+    own = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     other = next((a for a in argv if not a.startswith("-")), None)
     if other is not None and other not in COMMANDS:
         # Older configurations start `python -m retrieval.cli mcp ...`: hand the whole command line to the
         # top-level CLI in a fresh interpreter (a process, not an import, so retrieval stays below serve).
-        return _hand_over(argv)
+        return _hand_over(argv, replace=own)
     try:
         return run(build_parser().parse_args(argv))
     except BrokenPipeError:

@@ -184,3 +184,19 @@ def test_retrieval_cli_hands_other_commands_to_the_top_level_cli():
                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     assert "--max-concurrency" in out.stdout   # toolrank serve's own help, from serve.commands
+
+
+def test_retrieval_cli_main_called_from_python_returns_to_its_caller(monkeypatch):
+    """``main(argv)`` called from Python hands another command to a child process and returns its status; only
+    the program's own command line (``python -m retrieval.cli ...``) is replaced in place (os.execv)."""
+    import os
+    import subprocess
+
+    def no_exec(*_a):
+        raise AssertionError("main(argv) replaced the calling process")
+
+    seen = []
+    monkeypatch.setattr(os, "execv", no_exec)
+    monkeypatch.setattr(subprocess, "call", lambda cmd: seen.append(cmd) or 3)
+    assert main(["-v", "mcp", "--index", "x"]) == 3
+    assert seen == [[sys.executable, "-m", "serve.commands", "-v", "mcp", "--index", "x"]]
