@@ -5,9 +5,10 @@
 
 With ``--flow``, both are chosen on the agent flow over catalogs shaped like users' (10-30 server
 organisations of the dev split, other writers' corpora; day one; with and without the agent's need),
-never on the catalogs the README reports: the threshold that proceeds most often rightly (wrong
-proceeds count twice) while no-fit requests proceed at most 10% over the kinds (15% on any one), then the
-highest floor at which no right first answer ends empty on any kind.
+never on the catalogs the README reports: the threshold (a 0.01 grid) that proceeds most often rightly
+(wrong proceeds count twice) while no-fit requests proceed at most 10% on every kind (issue 34's target is
+per catalog; 0.8.0 allowed 10% on average and 15% on one, and proceeded for 15-23% of no-fit requests
+on four held-out catalogs), then the highest floor at which no right first answer ends empty on any kind.
 
 The older mode (0.3.0-0.6.0), on the shipped catalog's dev questions alone:
 
@@ -54,7 +55,7 @@ def zone_table(rows: list[dict], proceeds=None, floors=None) -> list[dict]:
     pooled with equal weight per kind, the shares an agent sees."""
     from retrieval.evaluation.agent_flow import replay
 
-    proceeds = proceeds if proceeds is not None else np.round(np.arange(0.50, 0.96, 0.05), 2)
+    proceeds = proceeds if proceeds is not None else np.round(np.arange(0.50, 0.955, 0.01), 2)
     floors = floors if floors is not None else np.round([0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5], 2)
     kinds = sorted({r["catalog"] for r in rows})
     out = []
@@ -86,10 +87,10 @@ def zone_table(rows: list[dict], proceeds=None, floors=None) -> list[dict]:
 
 
 def choose_zones(table: list[dict], *, max_right_empty: float = 0.0, max_nofit_proceed: float = 0.10,
-                 max_nofit_proceed_worst: float = 0.15) -> dict:
+                 max_nofit_proceed_worst: float = 0.10) -> dict:
     """The proceed threshold: the most right proceeds net of wrong ones (counted twice), with no-fit requests
     proceeding at most ``max_nofit_proceed`` over the catalog kinds and ``max_nofit_proceed_worst`` on any one
-    (a corpus' "no-fit" twin keeps its look-alikes, some of which do fit: a noisy label); then the no-fit
+    (the target is per catalog: a user's catalog is one kind, not the average of several); then the no-fit
     floor: the most no-fit requests ending ``no_fit`` while right first answers end empty at most
     ``max_right_empty`` on every kind (none, by default: a floor chosen at 1.5% on these catalogs emptied
     11% of right first answers on a held-out one, MCPToolBench++; an empty hand costs more than a
@@ -113,14 +114,17 @@ def flow_main(path: Path, json_out: Path | None) -> int:
     print("| proceed at | no_fit below | proceed, right | proceed, wrong | right first -> empty | "
           "no-fit: proceed | no-fit: no_fit |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    for r in table:
-        if (r["no_fit_below"] not in (0.05, 0.2, 0.3, 0.4) or r["proceed_threshold"] < 0.7) and r is not chosen:
+    for r in table:   # every threshold from 0.70 at the chosen floor, and every floor at the chosen threshold
+        at_floor = r["no_fit_below"] == chosen["no_fit_below"] and r["proceed_threshold"] >= 0.7
+        if not (at_floor or r["proceed_threshold"] == chosen["proceed_threshold"]):
             continue
         mark = " **chosen**" if r is chosen else ""
         print(f"| {r['proceed_threshold']:.2f}{mark} | {r['no_fit_below']:.2f} | {r['proceed_right']:.1%} | "
               f"{r['proceed_wrong']:.1%} | {r['right_first_end_empty']:.1%} ({r['right_first_end_empty_worst']:.1%}) | "
               f"{r['nofit_proceed']:.1%} ({r['nofit_proceed_worst']:.1%}) | {r['nofit_no_fit']:.1%} |")
-    print(f"\nchosen: proceed_threshold={chosen['proceed_threshold']}, no_fit_below={chosen['no_fit_below']}")
+    print(f"\nchosen: proceed_threshold={chosen['proceed_threshold']}, no_fit_below={chosen['no_fit_below']} "
+          "(most right proceeds, wrong ones counted twice, with no-fit requests proceeding at most 10% on every kind; "
+          "then the highest floor at which no right first answer ends empty on any kind)")
     if json_out:
         json_out.write_text(json.dumps({"source": path.name, "table": table, "chosen": chosen}, indent=1))
     return 0
