@@ -126,7 +126,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.time()
     cat, questions = test_catalog(args.split)
     encoder = CachingEncoder(OnnxEncoder())
-    fusion = dataclasses.replace(FusionConfig(), **({} if args.w_learned is None else {"w_learned_bm25": args.w_learned}))
+    fusion = dataclasses.replace(FusionConfig(), **({} if args.w_learned is None else {"w_learned_bm25": args.w_learned}),
+                                 **({} if args.learned_lexical is None else {"learned_lexical": args.learned_lexical}))
     day_one = ToolIndex.build(cat.without_examples(), encoder=encoder, show_progress=True, fusion=fusion)
     shipped = ToolIndex.build(cat, encoder=encoder, show_progress=True)
     print(f"{args.split} servers: {len(cat.servers)}, tools: {len(cat)}, questions: {len(questions)} "
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 dict(usage.stats))
     add("shipped examples in the index", 0, 0.0, ranks(shipped, questions, None))
     return {"environment": environment_stamp(), "ranking": "retrieval only (hybrid: BM25 + dense, fused; no scorer)", "split": args.split,
-            "w_learned_bm25": fusion.w_learned_bm25, "quick": args.quick, "offered": args.offered, "seed": args.seed, "servers": len(cat.servers), "tools": len(cat),
+            "w_learned_bm25": fusion.w_learned_bm25, "learned_lexical": fusion.learned_lexical, "quick": args.quick, "offered": args.offered, "seed": args.seed, "servers": len(cat.servers), "tools": len(cat),
             "questions": len(questions), "paired_questions": len(paired), "seconds": round(time.time() - t0),
             "rows": rows}
 
@@ -226,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", choices=("dev", "test"), default="test",
                    help="servers and questions (choose settings on dev, report on test)")
     p.add_argument("--w-learned", type=float, help="weight of the learned requests' lexical list (default: FusionConfig's)")
+    p.add_argument("--learned-lexical", choices=("document", "list", "both"),
+                   help="where learned requests count lexically (default: FusionConfig's): in their tool's BM25 "
+                        "document, as a list of their own (0.9.0), or both")
     p.add_argument("--quick", action="store_true", help="only 0 and 5 clean uses of shipped examples, and the index")
     p.add_argument("--out", type=Path, default=RESULTS / "usage_examples.json")
     a = p.parse_args(argv)

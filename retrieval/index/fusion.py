@@ -26,13 +26,18 @@ class FusionConfig:
     w_need_bm25: float = 0.5
     w_need_dense: float = 1.0
     need_joint: bool = True
-    w_learned_bm25: float = 0.5   # a tenant's learned requests as a lexical list (chosen on dev: benchmarks/usage_examples.py)
+    w_learned_bm25: float = 0.5   # a tenant's learned requests as a lexical list of their own ("list", "both")
+    learned_lexical: str = "document"   # where a tenant's learned requests count lexically: "document" (in their
+    #   tool's BM25 document, as indexed example requests; replaces the index's BM25 list for that tenant), "list"
+    #   (0.9.0: a BM25 over the learned requests alone, fused with weight w_learned_bm25) or "both"
 
     def __post_init__(self) -> None:
         if self.k < 0 or self.w_bm25 < 0 or self.w_dense < 0 or self.w_bm25 + self.w_dense == 0:
             raise ValueError(f"invalid fusion config {self}: k and weights must be >= 0, weights not both 0")
         if self.w_need_bm25 < 0 or self.w_need_dense < 0 or self.w_learned_bm25 < 0:
             raise ValueError(f"invalid fusion config {self}: the need's weights must be >= 0")
+        if self.learned_lexical not in ("document", "list", "both"):
+            raise ValueError(f"invalid fusion config {self}: learned_lexical is 'document', 'list' or 'both'")
 
     @property
     def need_channel(self) -> bool:

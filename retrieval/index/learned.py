@@ -5,9 +5,13 @@ is evidence of how this tenant asks for that tool: it becomes a *learned example
 tool, for that tenant only. The shared index never changes; a search of a tenant that has
 learned examples runs :func:`retrieve_with_learned`, which scores the dense side against
 tenant-specific tool vectors (the tool's passages plus its learned requests, the way shipped
-example requests join a tool's vector) and adds a lexical list of its own: BM25 over the
-tenant's learned requests, one document per tool. Every other tenant runs the index's own
-``retrieve``, so nothing learned by one tenant can reach another's scores or results.
+example requests join a tool's vector) and, on the lexical side, a BM25 of its own: the catalog's
+documents with each taught tool's learned requests in its document, as indexed example requests are,
+weighed with the statistics of the documents so extended (``FusionConfig.learned_lexical``,
+"document"; 0.9.0's separate list over the learned requests alone is "list"). It is computed at
+search time from the index's term frequencies and the tenant's lexical index (:data:`LEXICON`), so
+the store holds nothing of the catalog. Every other tenant runs the index's own ``retrieve``, so
+nothing learned by one tenant can reach another's scores or results.
 
 A tool's tenant vector is computed when the tenant teaches it (:meth:`LearnedExamples.with_vector`,
 at feedback time) and stored with the learned examples, so a search never embeds passages: its
@@ -136,6 +140,7 @@ class _Resolved:
     recomputed: set[ToolId] = field(default_factory=set)   # vectors computed since (not the stored ones)
     table: tuple[list[ToolId], np.ndarray, dict[ToolId, int]] | None = None   # vectors stacked, once
     lex_mask: tuple[Any, np.ndarray] | None = None   # (lexicon tools, which are in the catalog)
+    lex_docs: tuple[Any, Any, np.ndarray, np.ndarray] | None = None   # (index BM25, lexicon tools, row of each, lengths)
 
 
 class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
@@ -399,6 +404,27 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             got = found.lex_mask = (tools, np.fromiter((t in inside for t in tools), dtype=bool, count=len(tools)))
         return got[1]
 
+    def _document_statistics(self, index: Any) -> tuple[Any, np.ndarray, np.ndarray] | None:
+        """What :func:`_bm25_with_learned` needs over ``index``, once per resolution: the index's BM25,
+        the catalog row of each lexicon document (-1 for a tool not in the catalog) and every document's
+        length with its learned requests. None when the index's BM25 keeps no term frequencies."""
+        found = self._resolve(index)
+        lex, lex_tools = self.lexicon()
+        got = found.lex_docs
+        if got is None or got[1] is not lex_tools:
+            with index._lock:   # the catalog, its rows and its BM25 are swapped together
+                bm25, rows, catalog = index._bm25, index._rows, index.catalog
+            tf = getattr(bm25, "_tf", None)
+            if tf is None or catalog is not found.catalog:
+                return None
+            lex_rows = np.fromiter((rows.get(t, -1) for t in lex_tools), dtype=np.int64, count=len(lex_tools))
+            doc_len = tf.doc_len.copy()
+            if lex_tools and lex._tf is not None:
+                inside = lex_rows >= 0
+                doc_len[lex_rows[inside]] += lex._tf.doc_len[inside]
+            got = found.lex_docs = (bm25, lex_tools, lex_rows, doc_len)
+        return got[0], got[2], got[3]
+
     # the tenant's lexical channel
     def lexicon(self) -> tuple[Any, list[ToolId]]:
         """BM25 over the learned requests, one document per tool (built once per version), and its tools."""
@@ -557,7 +583,9 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             try:   # a cache too: an unreadable or mismatched one is built again on first use
                 from .bm25 import BM25Index
 
-                found._lexicon = (BM25Index.load(lexicon, len(found._rows)), sorted(found._rows))
+                read = BM25Index.load(lexicon, len(found._rows))
+                # without its term frequencies it cannot extend the catalog's documents: built again
+                found._lexicon = (read, sorted(found._rows)) if read.tenant_invariant else None
             except Exception:  # noqa: BLE001 - bm25s raises several kinds on a damaged folder
                 found._lexicon = None
         return found
@@ -777,14 +805,78 @@ def tenant_vector(index: Any, tool_id: tuple[str, str], requests: Iterable[str])
     requests = tuple(requests)
     return vector_key(index, tool, requests), learned_vector(index, tool, requests)
 
+
+def _bm25_with_learned(bm25: Any, lex: Any, lex_rows: np.ndarray, doc_len: np.ndarray, query: str,
+                       mask: np.ndarray | None) -> np.ndarray:
+    """BM25 scores of the catalog's documents as if each taught tool's document also held its learned
+    requests (the way example requests in the index are part of a tool's document), weighed with the
+    statistics of the documents so extended (their number, average length, document frequencies; the
+    allowed ones only under ``mask``): the index's term frequencies plus the tenant lexicon's, added at
+    search time, so nothing of the catalog is copied into the tenant's store. bm25s' formulas (lucene idf
+    and tf component, float32 sums in query order)."""
+    from .bm25 import tokenize
+
+    tf = bm25._tf
+    n = len(doc_len)
+    scores = np.zeros(n, dtype=np.float32)
+    n_allowed = n if mask is None else int(np.count_nonzero(mask))
+    if n == 0 or n_allowed == 0:
+        return scores
+    ltf = lex._tf if lex is not None and lex.n_docs else None
+    vocab = bm25.retriever.vocab_dict
+    lvocab = lex.retriever.vocab_dict if ltf is not None else {}
+    avg_len = doc_len.mean() if mask is None else doc_len[mask].mean()
+    r = bm25.retriever
+    idf_of, tfc_of = _select_scorers(r)
+    counts = np.zeros(n, dtype=np.float32)
+    for token in tokenize([query])[0]:
+        i, j = vocab.get(token), lvocab.get(token)
+        if i is None and j is None:
+            continue
+        counts[:] = 0.0
+        if i is not None:
+            lo, hi = tf.indptr[i], tf.indptr[i + 1]
+            counts[tf.docs[lo:hi]] += tf.tf[lo:hi]          # a term's documents are distinct
+        if j is not None:
+            lo, hi = ltf.indptr[j], ltf.indptr[j + 1]
+            rows = lex_rows[ltf.docs[lo:hi]]
+            inside = rows >= 0
+            counts[rows[inside]] += ltf.tf[lo:hi][inside]   # one lexicon document per tool: distinct rows
+        held = counts > 0
+        if mask is not None:
+            held &= mask
+        docs = np.flatnonzero(held)
+        if not len(docs):
+            continue
+        idf = np.float32(idf_of(len(docs), N=n_allowed))
+        tfc = tfc_of(tf_array=counts[docs], l_d=doc_len[docs], l_avg=avg_len, k1=r.k1, b=r.b, delta=r.delta)
+        scores[docs] += (idf * tfc).astype(np.float32)
+    return scores
+
+
+def _select_scorers(retriever: Any) -> tuple[Any, Any]:
+    from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
+
+    return _select_idf_scorer(retriever.idf_method), _select_tfc_scorer(retriever.method)
+
+
+def _top_rows(scores: np.ndarray, k: int) -> list[int]:
+    """The rows of the k best positive scores, ties by row (so the order never depends on a sort's luck)."""
+    rows = np.flatnonzero(scores > 0)
+    return [int(r) for r in rows[np.lexsort((rows, -scores[rows]))[:k]]] if k > 0 else []
+
+
 def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: str, need: str | None = None,
                           eligible: Eligibility | None = None, k: int = 100) -> list[Hit]:
     """``index.retrieve`` for a tenant with learned examples (the same hits when it has none that apply).
 
-    BM25 is the index's own; the dense list uses, for each eligible tool with learned
-    examples, its tenant vector (stored with the examples, else :func:`learned_vector`) instead of
-    the shared one; BM25 over the tenant's learned requests (eligible tools only) is one more list
-    (``fusion.w_learned_bm25``); the lists are fused as the index fuses them.
+    The dense list uses, for each eligible tool with learned examples, its tenant vector (stored with
+    the examples, else :func:`learned_vector`) instead of the shared one. The BM25 list, with
+    ``fusion.learned_lexical`` "document" (the default), is the tenant's own: each taught tool's
+    document holds its learned requests, scored with the so-extended documents' statistics
+    (:func:`_bm25_with_learned`), so a tool ranks as if its learned requests were indexed example
+    requests; with "list" (0.9.0) it is the index's and BM25 over the learned requests alone is one
+    more list (``fusion.w_learned_bm25``; "both": the two). The lists are fused as the index fuses them.
     """
     if learned is None or not len(learned):
         return index.retrieve(request, need, eligible, k=k)
@@ -830,8 +922,16 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
         items.extend((tids[i], float(scores[i])) for i in best)
         return sorted(items, key=lambda kv: -kv[1])[:depth]   # stable: ties keep the order above
 
+    mode = index.fusion.learned_lexical
+    stats = learned._document_statistics(index) if mode in ("document", "both") else None
+    if stats is not None:
+        catalog = learned._resolve(index).catalog
+        with index._lock:   # the mask over the very catalog the statistics were made for (an update swaps it)
+            doc_mask = index._mask(eligible) if index.catalog is catalog else None
+            if index.catalog is not catalog:
+                stats = None
     learned_lexical: list[ToolId] = []
-    if index.fusion.w_learned_bm25 > 0:
+    if mode in ("list", "both") and index.fusion.w_learned_bm25 > 0:
         lex, lex_tools = learned.lexicon()
         if lex_tools:
             mask = (learned._lexicon_mask(index, lex_tools) if allowed is None else
@@ -839,14 +939,29 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
             found_rows, _ = lex.search(query, len(lex_tools), mask)
             learned_lexical = [lex_tools[int(r)] for r in found_rows]
 
-    lexical = index.retrieve(query, None, eligible, k=depth, stage="bm25")
+    if stats is not None:
+        # the tenant's own BM25: the catalog's documents, each taught tool's with its learned requests
+        # (as indexed example requests are), instead of the index's list
+        bm25, lex_rows, doc_len = stats
+        lex = learned.lexicon()[0]
+        tools = catalog.tools
+
+        def bm25_order(text: str) -> list[tuple[ToolId, float]]:
+            scores = _bm25_with_learned(bm25, lex, lex_rows, doc_len, text, doc_mask)
+            return [(tools[r].id, float(scores[r])) for r in _top_rows(scores, depth)]
+    else:
+        def bm25_order(text: str) -> list[tuple[ToolId, float]]:
+            return [(h.tool_id, float(h.bm25_score)) for h in
+                    index.retrieve(text, None, eligible, k=depth, stage="bm25")]
+
+    b_order = bm25_order(query)
     d_order = dense_order(qv, query)
-    need_lexical = index.retrieve(need_q, None, eligible, k=depth, stage="bm25") if need_q else []
+    need_lexical = bm25_order(need_q) if need_q else []
     need_dense = dense_order(nv, need_q) if need_q else []
-    b_info = {h.tool_id: (h.bm25_rank, h.bm25_score) for h in lexical}
+    b_info = {tid: (i + 1, s) for i, (tid, s) in enumerate(b_order)}
     d_info = {tid: (i + 1, s) for i, (tid, s) in enumerate(d_order)}
-    fused = fused_lists([h.tool_id for h in lexical], [tid for tid, _ in d_order],
-                        [h.tool_id for h in need_lexical], [tid for tid, _ in need_dense], index.fusion,
+    fused = fused_lists([tid for tid, _ in b_order], [tid for tid, _ in d_order],
+                        [tid for tid, _ in need_lexical], [tid for tid, _ in need_dense], index.fusion,
                         learned_lexical)
     hits = []
     for rank, (tid, score) in enumerate(fused[:k], 1):

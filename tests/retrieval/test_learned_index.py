@@ -13,9 +13,10 @@ import pytest
 
 from fakes import HashEncoder, tiny_catalog
 from retrieval.catalog.eligibility import Eligibility
-from retrieval.catalog.model import ToolId
+from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.index import learned as learned_mod
 from retrieval.index.embedded import ToolIndex
+from retrieval.index.fusion import FusionConfig
 from retrieval.index.learned import LearnedExamples, retrieve_with_learned, tenant_vector
 
 SHARDS = ToolId("Elasticsearch", "get_shards")
@@ -98,12 +99,14 @@ def test_stored_vectors_round_trip_and_a_stale_one_is_not_used(tmp_path):
     assert tenant_vector(index, ("Nope", "nothing"), ["x"]) is None
 
 
-def test_the_learned_lexical_channel_lifts_a_tool_by_its_learned_words():
+def test_the_learned_lexical_list_lifts_a_tool_by_its_learned_words():
+    """0.9.0's lexical channel (``learned_lexical="list"``): BM25 over the learned requests alone, fused."""
     request = "zorblax the quarterly flurgen"
     learned = LearnedExamples().add(ISSUE, "zorblax the quarterly flurgen report", at=1)
-    with_lex = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    listed = dataclasses.replace(FusionConfig(), learned_lexical="list")
+    with_lex = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), fusion=listed)
     without = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(),
-                              fusion=dataclasses.replace(with_lex.fusion, w_learned_bm25=0.0))
+                              fusion=dataclasses.replace(listed, w_learned_bm25=0.0))
     rank = lambda hits: next(h.rank for h in hits if h.tool_id == ISSUE)   # noqa: E731
     assert rank(retrieve_with_learned(with_lex, learned, request)) <= rank(retrieve_with_learned(without, learned, request))
     a, b = retrieve_with_learned(with_lex, learned, request), retrieve_with_learned(without, learned, request)
@@ -111,6 +114,83 @@ def test_the_learned_lexical_channel_lifts_a_tool_by_its_learned_words():
     only_es = Eligibility.of(servers=["Elasticsearch"])
     assert all(h.tool_id.server == "Elasticsearch" for h in retrieve_with_learned(with_lex, learned, request,
                                                                                   eligible=only_es))
+
+
+def _with_examples(catalog, examples):
+    """``catalog`` with ``examples`` (tool -> requests) as the tools' example requests."""
+    return Catalog([Tool(t.server, t.name, t.description, t.input_schema, t.server_description,
+                         tuple(examples.get(t.id, ()))) for t in catalog.tools], catalog.server_descriptions)
+
+
+TAUGHT = {ISSUE: ["zorblax the quarterly flurgen report", "file a bug about the flurgen"],
+          SHARDS: ["why is my cluster yellow", "replica shards unassigned on node 3"]}
+
+
+def _taught_lexically(taught=TAUGHT):
+    learned, at = LearnedExamples(), 0
+    for tid, requests in taught.items():
+        for r in requests:
+            learned, at = learned.add(tid, r, at=at), at + 1
+    return learned
+
+
+@pytest.mark.parametrize("servers", [None, ["GitHub", "Weather"]])
+def test_learned_requests_count_in_their_tools_bm25_document_as_indexed_examples(servers):
+    """The default (``learned_lexical="document"``): a taught tool's learned requests are part of its BM25
+    document, weighed with the statistics of the catalog so extended: the very scores of a BM25 built over
+    the catalog with those requests as the tools' examples (under a tenant's eligibility too)."""
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    learned = _taught_lexically()
+    indexed = ToolIndex.build(_with_examples(tiny_catalog(), TAUGHT), encoder=HashEncoder())
+    eligible = Eligibility.of(servers=servers) if servers else None
+    mask = index._mask(eligible)
+    full = np.ones(len(index.catalog.tools), dtype=bool) if mask is None else mask
+    bm25, lex_rows, doc_len = learned._document_statistics(index)
+    for query in ("zorblax flurgen", "cluster yellow shards", "weather alerts for a region", "nothing matches qqq"):
+        got = learned_mod._bm25_with_learned(bm25, learned.lexicon()[0], lex_rows, doc_len, query, mask)
+        assert np.array_equal(got, indexed._bm25.scores(query, full))
+
+
+def test_a_tenant_with_learned_requests_ranks_as_an_index_with_them_as_examples():
+    """Lexical and dense alike: the tenant's hits are the hits of an index whose taught tools carry the
+    learned requests as example requests (the same lists, so the same fused order)."""
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    learned = _taught_lexically()
+    indexed = ToolIndex.build(_with_examples(tiny_catalog(), TAUGHT), encoder=HashEncoder())
+    for request, need in (("zorblax the flurgen", None), ("cluster yellow", "list shard allocation"),
+                          ("post to the team channel", None)):
+        mine = retrieve_with_learned(index, learned, request, need, k=8)
+        theirs = indexed.retrieve(request, need, k=8)
+        assert [h.tool_id for h in mine] == [h.tool_id for h in theirs]
+        assert [h.bm25_rank for h in mine] == [h.bm25_rank for h in theirs]
+        assert [h.bm25_score or 0.0 for h in mine] == pytest.approx([h.bm25_score or 0.0 for h in theirs], rel=1e-6)
+    assert retrieve_with_learned(index, learned, "zorblax the flurgen")[0].tool_id == ISSUE
+    assert ISSUE not in [h.tool_id for h in index.retrieve("zorblax the flurgen", stage="bm25")]
+
+
+def test_learned_requests_in_the_documents_never_reach_another_tenant():
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    before = index.retrieve("zorblax the flurgen report", k=8)
+    bm25_before = index._bm25.scores("zorblax the flurgen report").copy()
+    retrieve_with_learned(index, _taught_lexically(), "zorblax the flurgen report", k=8)
+    assert index.retrieve("zorblax the flurgen report", k=8) == before
+    assert np.array_equal(index._bm25.scores("zorblax the flurgen report"), bm25_before)
+    assert retrieve_with_learned(index, LearnedExamples(), "zorblax the flurgen report", k=8) == before
+
+
+def test_forgotten_requests_leave_the_tenants_bm25(tmp_path):
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    learned = _taught_lexically()
+    learned.save(tmp_path / "v1")
+    forgot, n = LearnedExamples.load(tmp_path / "v1").remove(ISSUE, "zorblax the quarterly flurgen report")
+    assert n == 1
+    forgot.save(tmp_path / "v2")
+    back = LearnedExamples.load(tmp_path / "v2")
+    hits = retrieve_with_learned(index, back, "zorblax quarterly", k=8)
+    assert all(h.bm25_rank is None for h in hits)   # no document holds those words any more
+    for path in (tmp_path / "v2").rglob("*"):
+        if path.is_file():
+            assert b"zorblax" not in path.read_bytes()
 
 
 def test_a_tenant_keeps_at_most_max_total_learned_requests_oldest_first():
