@@ -404,10 +404,12 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
             got = found.lex_mask = (tools, np.fromiter((t in inside for t in tools), dtype=bool, count=len(tools)))
         return got[1]
 
-    def _document_statistics(self, index: Any) -> tuple[Any, np.ndarray, np.ndarray] | None:
+    def _document_statistics(self, index: Any) -> tuple[Any, np.ndarray, np.ndarray, Any] | None:
         """What :func:`_bm25_with_learned` needs over ``index``, once per resolution: the index's BM25,
-        the catalog row of each lexicon document (-1 for a tool not in the catalog) and every document's
-        length with its learned requests. None when the index's BM25 keeps no term frequencies."""
+        the catalog row of each lexicon document (-1 for a tool not in the catalog), every document's
+        length with its learned requests, and the catalog all three were made for (its rows are theirs:
+        a caller checks it is still the index's before using them). None when the index's BM25 keeps no
+        term frequencies, or the catalog changed meanwhile."""
         found = self._resolve(index)
         lex, lex_tools = self.lexicon()
         got = found.lex_docs
@@ -423,7 +425,7 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
                 inside = lex_rows >= 0
                 doc_len[lex_rows[inside]] += lex._tf.doc_len[inside]
             got = found.lex_docs = (bm25, lex_tools, lex_rows, doc_len)
-        return got[0], got[2], got[3]
+        return got[0], got[2], got[3], found.catalog
 
     # the tenant's lexical channel
     def lexicon(self) -> tuple[Any, list[ToolId]]:
@@ -925,7 +927,9 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     mode = index.fusion.learned_lexical
     stats = learned._document_statistics(index) if mode in ("document", "both") else None
     if stats is not None:
-        catalog = learned._resolve(index).catalog
+        # the catalog the statistics were made for, not a fresh resolution's: an update between the two
+        # would pair the old catalog's rows with the new catalog's tools and mask
+        catalog = stats[3]
         with index._lock:   # the mask over the very catalog the statistics were made for (an update swaps it)
             doc_mask = index._mask(eligible) if index.catalog is catalog else None
             if index.catalog is not catalog:
@@ -942,7 +946,7 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     if stats is not None:
         # the tenant's own BM25: the catalog's documents, each taught tool's with its learned requests
         # (as indexed example requests are), instead of the index's list
-        bm25, lex_rows, doc_len = stats
+        bm25, lex_rows, doc_len, _ = stats
         lex = learned.lexicon()[0]
         tools = catalog.tools
 

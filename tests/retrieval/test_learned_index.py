@@ -145,7 +145,7 @@ def test_learned_requests_count_in_their_tools_bm25_document_as_indexed_examples
     eligible = Eligibility.of(servers=servers) if servers else None
     mask = index._mask(eligible)
     full = np.ones(len(index.catalog.tools), dtype=bool) if mask is None else mask
-    bm25, lex_rows, doc_len = learned._document_statistics(index)
+    bm25, lex_rows, doc_len, _ = learned._document_statistics(index)
     for query in ("zorblax flurgen", "cluster yellow shards", "weather alerts for a region", "nothing matches qqq"):
         got = learned_mod._bm25_with_learned(bm25, learned.lexicon()[0], lex_rows, doc_len, query, mask)
         assert np.array_equal(got, indexed._bm25.scores(query, full))
@@ -176,6 +176,30 @@ def test_learned_requests_in_the_documents_never_reach_another_tenant():
     assert index.retrieve("zorblax the flurgen report", k=8) == before
     assert np.array_equal(index._bm25.scores("zorblax the flurgen report"), bm25_before)
     assert retrieve_with_learned(index, LearnedExamples(), "zorblax the flurgen report", k=8) == before
+
+
+@pytest.mark.parametrize("servers", [None, ["GitHub", "Slack"]])
+def test_a_catalog_update_right_after_the_bm25_statistics_falls_back_to_the_new_catalogs_bm25(servers):
+    """An update between reading the tenant's BM25 statistics and using them: the statistics' rows belong
+    to the old catalog, so the search falls back to the index's BM25 over the new one, never crediting a
+    tool with another's words (Elasticsearch removed: the old row of create_issue is post_message's now)
+    nor failing on a mask of the new catalog's length."""
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    learned = _taught_lexically()
+    read = learned._document_statistics
+
+    def then_updated(ix):
+        got = read(ix)
+        ix.remove_server("Elasticsearch")
+        return got
+
+    learned._document_statistics = then_updated
+    eligible = Eligibility.of(servers=servers) if servers else None
+    hits = retrieve_with_learned(index, learned, "zorblax flurgen post a message", eligible=eligible, k=8)
+    plain = {h.tool_id: (h.bm25_rank, h.bm25_score) for h in
+             index.retrieve("zorblax flurgen post a message", None, eligible, k=8, stage="bm25")}
+    assert hits
+    assert {h.tool_id: (h.bm25_rank, h.bm25_score) for h in hits if h.bm25_rank} == plain
 
 
 def test_forgotten_requests_leave_the_tenants_bm25(tmp_path):
