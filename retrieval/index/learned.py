@@ -409,15 +409,16 @@ class LearnedExamples(Mapping[ToolId, tuple[LearnedExample, ...]]):
         the catalog row of each lexicon document (-1 for a tool not in the catalog), every document's
         length with its learned requests, and the catalog all three were made for (its rows are theirs:
         a caller checks it is still the index's before using them). None when the index's BM25 keeps no
-        term frequencies, or the catalog changed meanwhile."""
+        term frequencies (or has none here: a Qdrant index's BM25 is in the collection), or the catalog
+        changed meanwhile."""
         found = self._resolve(index)
         lex, lex_tools = self.lexicon()
         got = found.lex_docs
         if got is None or got[1] is not lex_tools:
             with index._lock:   # the catalog, its rows and its BM25 are swapped together
-                bm25, rows, catalog = index._bm25, index._rows, index.catalog
+                bm25, rows, catalog = getattr(index, "_bm25", None), getattr(index, "_rows", None), index.catalog
             tf = getattr(bm25, "_tf", None)
-            if tf is None or catalog is not found.catalog:
+            if tf is None or rows is None or catalog is not found.catalog:
                 return None
             lex_rows = np.fromiter((rows.get(t, -1) for t in lex_tools), dtype=np.int64, count=len(lex_tools))
             doc_len = tf.doc_len.copy()
@@ -935,7 +936,9 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
             if index.catalog is not catalog:
                 stats = None
     learned_lexical: list[ToolId] = []
-    if mode in ("list", "both") and index.fusion.w_learned_bm25 > 0:
+    # without the document statistics (a backend with no local BM25, or a catalog update meanwhile) the
+    # learned requests still count lexically: as 0.9.0's list of their own
+    if (mode in ("list", "both") or stats is None) and index.fusion.w_learned_bm25 > 0:
         lex, lex_tools = learned.lexicon()
         if lex_tools:
             mask = (learned._lexicon_mask(index, lex_tools) if allowed is None else

@@ -416,3 +416,28 @@ def test_a_tenant_score_is_the_same_whichever_tools_are_eligible():
     for servers in (["Elasticsearch"], ["Slack", "Weather"], ["GitHub", "Elasticsearch", "Slack"]):
         some = retrieve_with_learned(index, learned, request, eligible=Eligibility.of(servers=servers))
         assert some and all(h.dense_score == every[h.tool_id] for h in some if h.dense_score is not None)
+
+
+def test_a_tenant_with_learned_requests_searches_a_qdrant_index_its_learned_words_counting_lexically():
+    """A Qdrant index keeps its BM25 in the collection (no local term frequencies): the document mode
+    cannot extend its documents, so the learned requests count as 0.9.0's list of their own, and the
+    search works (it failed with AttributeError: no ``_bm25``)."""
+    pytest.importorskip("qdrant_client")
+    from retrieval.index.qdrant.index import QdrantToolIndex
+    from retrieval.index.qdrant.schema import QdrantConfig
+
+    index = QdrantToolIndex.build(tiny_catalog(), encoder=HashEncoder(),
+                                  config=QdrantConfig(path=":memory:", collection="toolrank-test-learned-lexical"))
+    assert index.fusion.learned_lexical == "document"
+    learned = _taught_lexically()
+    request = "zorblax the flurgen"
+    assert ISSUE not in [h.tool_id for h in index.retrieve(request, stage="bm25")]
+    mine = retrieve_with_learned(index, learned, request, k=8)
+    off = dataclasses.replace(index.fusion, w_learned_bm25=0.0)
+    index.fusion, on = off, index.fusion
+    unlifted = retrieve_with_learned(index, learned, request, k=8)
+    index.fusion = on
+    score = lambda hits: next(h.score for h in hits if h.tool_id == ISSUE)   # noqa: E731
+    assert mine[0].tool_id == ISSUE and score(mine) > score(unlifted)   # the learned list's share
+    only_es = Eligibility.of(servers=["Elasticsearch"])
+    assert all(h.tool_id.server == "Elasticsearch" for h in retrieve_with_learned(index, learned, request, eligible=only_es))
