@@ -441,3 +441,27 @@ def test_a_tenant_with_learned_requests_searches_a_qdrant_index_its_learned_word
     assert mine[0].tool_id == ISSUE and score(mine) > score(unlifted)   # the learned list's share
     only_es = Eligibility.of(servers=["Elasticsearch"])
     assert all(h.tool_id.server == "Elasticsearch" for h in retrieve_with_learned(index, learned, request, eligible=only_es))
+
+
+def test_two_tenants_teaching_the_same_tool_get_the_same_bm25_in_either_order():
+    """Document mode: each tenant's BM25 is its own (nothing cached on the shared index), so a tenant's
+    hits are the same bytes whether another tenant taught the same tool and searched before or after it;
+    a learned tool no longer in the catalog adds nothing to the documents' statistics."""
+    queries = [("zorblax the flurgen", None), ("cluster yellow", "list shard allocation")]
+
+    def run(first, second):
+        index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+        out = {}
+        for name, learned in (first, second):
+            out[name] = [retrieve_with_learned(index, learned, r, n, k=8) for r, n in queries]
+        return out
+
+    a = ("a", _taught_lexically({ISSUE: ["zorblax the flurgen of doom", "flurgen flurgen flurgen"]}))
+    b = ("b", _taught_lexically({ISSUE: ["zorblax the quarterly flurgen report"]}))
+    assert run(a, b)["b"] == run(b, a)["b"] == run(("none", LearnedExamples()), b)["b"]
+    assert run(a, b)["a"] == run(b, a)["a"]
+    gone = _taught_lexically({ISSUE: ["zorblax the quarterly flurgen report"],
+                              ToolId("Gone", "vanished"): ["zorblax flurgen " * 50]})
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    assert ([retrieve_with_learned(index, gone, r, n, k=8) for r, n in queries] ==
+            run(("none", LearnedExamples()), b)["b"])
