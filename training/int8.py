@@ -197,7 +197,9 @@ def _release_check_feeds(model_dir: Path, n: int = 24) -> dict[str, np.ndarray]:
     config = json.loads((model_dir / "config.json").read_text())
     tokenizer = (model_dir / "tokenizer.json").read_text()
     data = Path(__file__).resolve().parent / "data" / "questions.jsonl"
-    rows = [json.loads(line) for line in data.read_text().split("\n") if line.strip()]
+    from retrieval.jsonl import read_jsonl
+
+    rows = [row for _, row in read_jsonl(data)]
     rows = [r for r in rows if r["split"] == "dev"][:n]
     pairs = [(r["query"], f"Candidate tool: {r['server']} / {r['tool']}") for r in rows]
     encoder = PairEncoder(tokenizer, int(config.get("max_length", 128)), config.get("truncation", "longest_first"))

@@ -76,18 +76,13 @@ def mine_lists(requests: Iterable[dict[str, Any]], indexes: list[ToolIndex], *, 
 
 
 def _read_requests(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SystemExit(f"{path}:{n}: not JSON ({exc.msg})")
-        if row.get("skip") or not str(row.get("query", "")).strip():
-            continue
-        rows.append(row)
-    return rows
+    from retrieval.jsonl import read_jsonl
+
+    try:
+        records = read_jsonl(path)
+    except ValueError as exc:   # names the file and the line
+        raise SystemExit(f"not JSON: {exc}")
+    return [row for _, row in records if not row.get("skip") and str(row.get("query", "")).strip()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,12 +17,12 @@ reported per writer; a corpus without a licence is never in a shipped model's tr
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
+from retrieval.jsonl import read_jsonl
 from .harness import Query
 
 __all__ = ["CORPORA", "Corpus", "CorpusInfo", "load_corpus", "corpora_root", "TRAIN_CORPORA", "DEV_CORPORA"]
@@ -85,18 +85,15 @@ def corpora_root() -> Path:
 def _rows(path: Path) -> list[dict]:
     if not path.is_file():
         raise CatalogError(f"{path}: not found")
+    try:
+        rows = read_jsonl(path)
+    except (ValueError, UnicodeDecodeError) as exc:   # the reader names the file and the line
+        raise CatalogError(str(exc)) from None
     out = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CatalogError(f"{path}, line {lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise CatalogError(f"{path}, line {lineno}: not a JSON object")
-            out.append(row)
+    for lineno, row in rows:
+        if not isinstance(row, dict):
+            raise CatalogError(f"{path}, line {lineno}: not a JSON object")
+        out.append(row)
     return out
 
 
