@@ -863,12 +863,6 @@ def _select_scorers(retriever: Any) -> tuple[Any, Any]:
     return _select_idf_scorer(retriever.idf_method), _select_tfc_scorer(retriever.method)
 
 
-def _top_rows(scores: np.ndarray, k: int) -> list[int]:
-    """The rows of the k best positive scores, ties by row (so the order never depends on a sort's luck)."""
-    rows = np.flatnonzero(scores > 0)
-    return [int(r) for r in rows[np.lexsort((rows, -scores[rows]))[:k]]] if k > 0 else []
-
-
 def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: str, need: str | None = None,
                           eligible: Eligibility | None = None, k: int = 100) -> list[Hit]:
     """``index.retrieve`` for a tenant with learned examples (the same hits when it has none that apply).
@@ -949,13 +943,16 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     if stats is not None:
         # the tenant's own BM25: the catalog's documents, each taught tool's with its learned requests
         # (as indexed example requests are), instead of the index's list
+        from .bm25 import _top_positive_by_row
+
         bm25, lex_rows, doc_len, _ = stats
         lex = learned.lexicon()[0]
         tools = catalog.tools
 
         def bm25_order(text: str) -> list[tuple[ToolId, float]]:
             scores = _bm25_with_learned(bm25, lex, lex_rows, doc_len, text, doc_mask)
-            return [(tools[r].id, float(scores[r])) for r in _top_rows(scores, depth)]
+            top, top_scores = _top_positive_by_row(scores, depth)   # ties by row, as a masked BM25 search
+            return [(tools[int(r)].id, float(s)) for r, s in zip(top, top_scores)]
     else:
         def bm25_order(text: str) -> list[tuple[ToolId, float]]:
             return [(h.tool_id, float(h.bm25_score)) for h in
