@@ -427,7 +427,6 @@ def quiet_broken_pipe() -> int:
     """After a reader closed the pipe early (``toolrank examples list | head``): stdout pointed at
     /dev/null (Python's documented way, so the interpreter's final flush is quiet), and 141, as a
     shell reports a command that a closed pipe ended (128 + SIGPIPE)."""
-    import os
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -80,10 +79,3 @@ class LLMSettings(BaseSettings):
     base_url: str = Field("", description="An OpenAI-compatible API root, such as http://127.0.0.1:8000/v1.")
     model: str = Field("", description="The model name the endpoint serves.")
     api_key: SecretStr | None = Field(None, description="The endpoint's API key, if it needs one.")
-
-    @classmethod
-    def of(cls, env: Mapping[str, str] | None = None) -> "LLMSettings":
-        """From the process environment, or from ``env`` alone when given."""
-        if env is None:
-            return cls()
-        return cls(**{name: value for name in cls.model_fields if (value := env.get(f"TOOLRANK_LLM_{name.upper()}"))})
