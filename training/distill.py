@@ -428,8 +428,7 @@ class DistillRun:
         row = {"step": progress["step"], "pairs": progress["pairs"],
                "train_minutes": round(progress["train_seconds"] / 60, 2),
                "lr": self.scheduler.get_last_lr()[0] if self.scheduler else a.lr, "loss": progress["running"],
-               "total_pairs": self.prior["pairs"] + progress["pairs"],
-               "total_train_minutes": round(self.prior["train_minutes"] + progress["train_seconds"] / 60, 2)}
+               **self.totals()}
         te = time.time()
         for dev in self.devs:
             m = evaluate_dev(self.model.model, self.model.tokenizer, self.records, self.tools, dev, a.max_length,
@@ -450,6 +449,7 @@ class DistillRun:
         return row
 
     def totals(self) -> dict:
+        """The step and the pairs and minutes since the first stage (``prior`` plus this run's)."""
         return {"step": self.progress["step"], "total_pairs": self.prior["pairs"] + self.progress["pairs"],
                 "total_train_minutes": round(self.prior["train_minutes"] + self.progress["train_seconds"] / 60, 2)}
 
