@@ -142,25 +142,36 @@ class BM25Index:
         return scores if mask is None else np.where(mask, scores, np.float32(0.0))
 
     def _masked_scores(self, token_ids: list[int], mask: np.ndarray) -> np.ndarray:
-        """bm25s' scoring (lucene idf and tf component, float32 storage, float32 sums in query
-        order) with N, the average length and document frequencies of the allowed documents."""
-        tf, r = self._tf, self.retriever
-        scores = np.zeros(self.n_docs, dtype=np.float32)
-        n_allowed = int(np.count_nonzero(mask))
-        if not token_ids or n_allowed == 0:
+        """bm25s' scoring with N, the average length and document frequencies of the allowed documents."""
+        tf = self._tf
+
+        def postings():
+            for t in token_ids:
+                lo, hi = tf.indptr[t], tf.indptr[t + 1]
+                keep = mask[tf.docs[lo:hi]]
+                yield tf.docs[lo:hi][keep], tf.tf[lo:hi][keep]
+
+        return self.score_postings(postings(), tf.doc_len, mask)
+
+    def score_postings(self, postings, doc_len: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """bm25s' scoring (lucene idf and tf component, float32 storage, float32 sums in query order) of
+        one query given, per query term in order, its ``(documents, term counts)`` — distinct documents,
+        all allowed by ``mask`` — over documents of lengths ``doc_len``: N and the average length are the
+        allowed documents' (all of them without a mask). The masked search and a tenant's documents
+        extended with its learned requests (``retrieval.index.learned``) both score through here."""
+        r = self.retriever
+        scores = np.zeros(len(doc_len), dtype=np.float32)
+        n_allowed = len(doc_len) if mask is None else int(np.count_nonzero(mask))
+        if n_allowed == 0:
             return scores
-        avg_len = tf.doc_len[mask].mean()  # as bm25s: the mean of the integer lengths
+        avg_len = doc_len.mean() if mask is None else doc_len[mask].mean()  # as bm25s: the mean of the lengths
         idf_of = _select_idf_scorer(r.idf_method)
         tfc_of = _select_tfc_scorer(r.method)
-        for t in token_ids:
-            lo, hi = tf.indptr[t], tf.indptr[t + 1]
-            keep = mask[tf.docs[lo:hi]]
-            docs = tf.docs[lo:hi][keep]
+        for docs, counts in postings:
             if not len(docs):
                 continue
             idf = np.float32(idf_of(len(docs), N=n_allowed))
-            tfc = tfc_of(tf_array=tf.tf[lo:hi][keep], l_d=tf.doc_len[docs], l_avg=avg_len, k1=r.k1, b=r.b,
-                         delta=r.delta)
+            tfc = tfc_of(tf_array=counts, l_d=doc_len[docs], l_avg=avg_len, k1=r.k1, b=r.b, delta=r.delta)
             np.add.at(scores, docs, (idf * tfc).astype(np.float32))
         return scores
 

@@ -820,47 +820,32 @@ def _bm25_with_learned(bm25: Any, lex: Any, lex_rows: np.ndarray, doc_len: np.nd
     from .bm25 import tokenize
 
     tf = bm25._tf
-    n = len(doc_len)
-    scores = np.zeros(n, dtype=np.float32)
-    n_allowed = n if mask is None else int(np.count_nonzero(mask))
-    if n == 0 or n_allowed == 0:
-        return scores
     ltf = lex._tf if lex is not None and lex.n_docs else None
     vocab = bm25.retriever.vocab_dict
     lvocab = lex.retriever.vocab_dict if ltf is not None else {}
-    avg_len = doc_len.mean() if mask is None else doc_len[mask].mean()
-    r = bm25.retriever
-    idf_of, tfc_of = _select_scorers(r)
-    counts = np.zeros(n, dtype=np.float32)
-    for token in tokenize([query])[0]:
-        i, j = vocab.get(token), lvocab.get(token)
-        if i is None and j is None:
-            continue
-        counts[:] = 0.0
-        if i is not None:
-            lo, hi = tf.indptr[i], tf.indptr[i + 1]
-            counts[tf.docs[lo:hi]] += tf.tf[lo:hi]          # a term's documents are distinct
-        if j is not None:
-            lo, hi = ltf.indptr[j], ltf.indptr[j + 1]
-            rows = lex_rows[ltf.docs[lo:hi]]
-            inside = rows >= 0
-            counts[rows[inside]] += ltf.tf[lo:hi][inside]   # one lexicon document per tool: distinct rows
-        held = counts > 0
-        if mask is not None:
-            held &= mask
-        docs = np.flatnonzero(held)
-        if not len(docs):
-            continue
-        idf = np.float32(idf_of(len(docs), N=n_allowed))
-        tfc = tfc_of(tf_array=counts[docs], l_d=doc_len[docs], l_avg=avg_len, k1=r.k1, b=r.b, delta=r.delta)
-        scores[docs] += (idf * tfc).astype(np.float32)
-    return scores
+    counts = np.zeros(len(doc_len), dtype=np.float32)
 
+    def postings():
+        for token in tokenize([query])[0]:
+            i, j = vocab.get(token), lvocab.get(token)
+            if i is None and j is None:
+                continue
+            counts[:] = 0.0
+            if i is not None:
+                lo, hi = tf.indptr[i], tf.indptr[i + 1]
+                counts[tf.docs[lo:hi]] += tf.tf[lo:hi]          # a term's documents are distinct
+            if j is not None:
+                lo, hi = ltf.indptr[j], ltf.indptr[j + 1]
+                rows = lex_rows[ltf.docs[lo:hi]]
+                inside = rows >= 0
+                counts[rows[inside]] += ltf.tf[lo:hi][inside]   # one lexicon document per tool: distinct rows
+            held = counts > 0
+            if mask is not None:
+                held &= mask
+            docs = np.flatnonzero(held)
+            yield docs, counts[docs]
 
-def _select_scorers(retriever: Any) -> tuple[Any, Any]:
-    from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
-
-    return _select_idf_scorer(retriever.idf_method), _select_tfc_scorer(retriever.method)
+    return bm25.score_postings(postings(), doc_len, mask)
 
 
 def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: str, need: str | None = None,
