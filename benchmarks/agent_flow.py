@@ -32,81 +32,8 @@ if __package__ in (None, ""):   # run as a file: the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import ROOT, environment_stamp, stamp_figure, stamp_line, write_result  # noqa: E402
 
-from retrieval.evaluation.corpora import CORPORA, load_corpus  # noqa: E402
-from retrieval.catalog.eligibility import Eligibility  # noqa: E402
-from retrieval.evaluation.agent_flow import MODES, Case, flow_report, format_flow, run_flow  # noqa: E402
-from retrieval.evaluation.harness import load_queries  # noqa: E402
-from retrieval.jsonl import read_jsonl  # noqa: E402
-from training.needs import read_needs  # noqa: E402
-
-QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
-INDEPENDENT = ROOT / "benchmarks" / "data" / "independent_questions.jsonl"
-NOFIT = ROOT / "training" / "data" / "nofit.jsonl"
-NEEDS = ROOT / "training" / "data" / "needs_blind.jsonl"
-SETS = {"report": ("test", [n for n, c in CORPORA.items() if c.use == "dev"]),
-        "fit": ("dev", [n for n, c in CORPORA.items() if c.use == "train"])}
-
-
-def load_needs(path: Path = NEEDS) -> dict[str, dict]:
-    return read_needs(path) if path.exists() else {}
-
-
-def _with_needs(case: Case, needs: dict[str, dict], qid: str) -> Case | None:
-    n = needs.get(qid)
-    if not n or not n.get("need"):
-        return None
-    return Case(case.id, case.request, case.catalog, case.eligible, case.targets, n["need"], n.get("need2"))
-
-
-def mcpzero_cases(split: str, needs: dict, n: int, rng: random.Random, index) -> list[Case]:
-    from training.pairs import load_split
-
-    servers = sorted(s for s, part in load_split().items() if part == split and s in set(index.catalog.servers))
-    pool = list(load_queries(QUESTIONS, split=split))
-    if split == "test":
-        pool += load_queries(INDEPENDENT, split="independent")
-    rng.shuffle(pool)
-    cases = []
-    for q in pool:
-        if len([c for c in cases if c.targets]) >= n:
-            break
-        size = rng.randint(10, 30)
-        org = {q.target.server} | set(rng.sample([s for s in servers if s != q.target.server], size - 1))
-        targets = frozenset(t for t in q.lenient_targets if t.server in org)
-        base = Case(q.id, q.query, "mcpzero-org", Eligibility.of(servers=sorted(org)), targets)
-        ans = _with_needs(base, needs, q.id)
-        if ans is None:
-            continue
-        cases.append(ans)
-        drop = {t.server for t in q.lenient_targets}
-        none_org = sorted(s for s in org if s not in drop)
-        cases.append(Case(q.id + ":none", q.query, "mcpzero-org", Eligibility.of(servers=none_org), frozenset(),
-                          ans.need, ans.need2))
-    nofit = [row for _, row in read_jsonl(NOFIT) if row.get("split") == split and row.get("near_server") in servers]
-    rng.shuffle(nofit)
-    for row in nofit[:n]:
-        size = rng.randint(10, 30)
-        org = {row["near_server"]} | set(rng.sample([s for s in servers if s != row["near_server"]], size - 1))
-        c = _with_needs(Case(row["id"], row["query"], "mcpzero-org", Eligibility.of(servers=sorted(org))), needs,
-                        row["id"])
-        if c is not None:
-            cases.append(c)
-    return cases
-
-
-def corpus_cases(name: str, needs: dict, n: int, rng: random.Random) -> tuple[list[Case], object]:
-    corpus = load_corpus(name)
-    qs = [q for q in corpus.questions if q.id in needs]
-    rng.shuffle(qs)
-    cases = []
-    every = [t.id for t in corpus.catalog.tools]
-    for q in qs[:n]:
-        base = _with_needs(Case(q.id, q.query, name, Eligibility(), frozenset(q.lenient_targets)), needs, q.id)
-        cases.append(base)
-        rest = [t for t in every if t not in q.lenient_targets]
-        cases.append(Case(q.id + ":none", q.query, name, Eligibility.of(tools=rest), frozenset(), base.need, base.need2))
-    return cases, corpus.catalog
-
+from retrieval.evaluation.agent_flow import MODES, flow_report, format_flow, run_flow  # noqa: E402
+from training.flow_cases import NEEDS, SETS, corpus_cases, load_needs, mcpzero_cases  # noqa: E402
 
 def plot_reliability(rows: list[dict], path: Path, mode: str = "need") -> Path | None:
     """One reliability diagram per catalog kind: the first answer's best probability (10 bins) against how

@@ -12,11 +12,18 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["ENV_MODELS", "ModelSettings", "models_root", "RERANKER", "ENCODER"]
+__all__ = ["ENV_MODELS", "ModelSettings", "models_root", "variable", "RERANKER", "ENCODER"]
 
-ENV_MODELS = "TOOLRANK_MODELS"
 RERANKER = "toolrank-reranker"
 ENCODER = "toolrank-encoder"
+
+
+def variable(cls: type[BaseSettings], field: str) -> str:
+    """The environment variable of one field of a settings class, as ``cls()`` reads it (``TOOLRANK_<FIELD>``).
+    Here, in the lowest layer, so every layer names its variables from its settings instead of spelling them."""
+    if field not in cls.model_fields:
+        raise ValueError(f"{cls.__name__} has no field {field!r}")
+    return (cls.model_config.get("env_prefix", "") + field).upper()
 
 
 class ModelSettings(BaseSettings):
@@ -31,6 +38,9 @@ class ModelSettings(BaseSettings):
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return (value.strip() or None) if isinstance(value, str) else value
+
+
+ENV_MODELS = variable(ModelSettings, "models")
 
 
 def models_root() -> Path:

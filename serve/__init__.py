@@ -16,22 +16,33 @@ if TYPE_CHECKING:  # pragma: no cover
     from .settings import Settings
     from .tenants import Tenant, TenantConfigError, Tenants, hash_key, load_tenants
 
-__all__ = [
-    "create_app",
-    "Settings",
-    "ServiceError",
-    "IndexStore",
-    "Tenant",
-    "Tenants",
-    "TenantConfigError",
-    "hash_key",
-    "load_tenants",
-]
+# each public name and the module that defines it: only that module is imported on first use
+_HOME = {
+    "create_app": "app",
+    "Settings": "settings",
+    "ServiceError": "errors",
+    "IndexStore": "index_store",
+    "Tenant": "tenants",
+    "Tenants": "tenants",
+    "TenantConfigError": "tenants",
+    "hash_key": "tenants",
+    "load_tenants": "tenants",
+}
+__all__ = list(_HOME)
+
 
 def __getattr__(name: str):
-    if name in __all__:
-        from . import app, errors, index_store, settings, tenants
-        for module in (app, errors, index_store, settings, tenants):
-            if hasattr(module, name):
-                return getattr(module, name)
-    raise AttributeError(f"module 'serve' has no attribute {name!r}")
+    home = _HOME.get(name)
+    if home == "app":          # plain imports, one per module, so the import contracts see every arrow
+        from . import app as module
+    elif home == "settings":
+        from . import settings as module
+    elif home == "errors":
+        from . import errors as module
+    elif home == "index_store":
+        from . import index_store as module
+    elif home == "tenants":
+        from . import tenants as module
+    else:
+        raise AttributeError(f"module 'serve' has no attribute {name!r}")
+    return getattr(module, name)

@@ -390,14 +390,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _token(a: argparse.Namespace) -> str:
-    """The bearer token: --token, else $TOOLRANK_MCP_TOKEN, else the one kept in the cache (made once)."""
+def _token(a: argparse.Namespace) -> tuple[str, bool]:
+    """The bearer token and whether the user gave it: --token, else $TOOLRANK_MCP_TOKEN, else the one kept
+    in the cache (made once)."""
     configured = GatewaySettings().mcp_token
     token = a.token or (configured.get_secret_value() if configured is not None else None)
     if token is not None:
         if len(token) < 16 or any(c.isspace() for c in token):
             raise ValueError("the bearer token must have at least 16 characters and no spaces")
-        return token
+        return token, True
     path = token_path()
     try:
         token = path.read_text(encoding="utf-8").strip()
@@ -409,7 +410,7 @@ def _token(a: argparse.Namespace) -> str:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(token + "\n")
-    return token
+    return token, False
 
 
 def token_path() -> Path:
@@ -698,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--token and --no-token go with --http")
         if a.token and a.no_token:
             raise ValueError("give --token or --no-token, not both")
-        token = None if http is None or a.no_token else _token(a)
+        token, given = (None, False) if http is None or a.no_token else _token(a)
         if http is not None:
             sock = bind(*http)            # a port in use is said now, before any server starts
         gateway = make_gateway(a)
@@ -714,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
         if http is None:
             anyio.run(serve_stdio, gateway, server)
         else:
-            anyio.run(serve_http, gateway, server, *http, token, sock, bool(a.token or GatewaySettings().mcp_token))
+            anyio.run(serve_http, gateway, server, *http, token, sock, given)
     except KeyboardInterrupt:
         return 130
     return 0

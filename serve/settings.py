@@ -18,7 +18,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from retrieval.settings import BACKENDS, BackendSettings, HarvestSettings, LLMSettings, RetrievalSettings
-from scorer.locations import ModelSettings
+from scorer.locations import ModelSettings, variable
 
 __all__ = ["SETTINGS", "GatewaySettings", "Settings", "environment_value", "known_variables", "unknown_variables",
            "variable"]
@@ -159,13 +159,6 @@ class GatewaySettings(BaseSettings):
 # retrieval/writing/llm.py's LLMConfig.from_env).
 SETTINGS: tuple[type[BaseSettings], ...] = (Settings, GatewaySettings, RetrievalSettings, HarvestSettings,
                                             LLMSettings, ModelSettings)
-
-
-def variable(cls: type[BaseSettings], field: str) -> str:
-    """The environment variable of one field, as ``cls()`` reads it (``TOOLRANK_<FIELD>``)."""
-    if field not in cls.model_fields:
-        raise ValueError(f"{cls.__name__} has no field {field!r}")
-    return (cls.model_config.get("env_prefix", "") + field).upper()
 
 
 def known_variables() -> frozenset[str]:

@@ -3,6 +3,8 @@
     python -m training.calibrate --model models/toolrank-ce-l3      # writes <model>/combiner.json
     python -m training.calibrate --retrieval-only                   # writes retrieval/data/retrieval_confidence.json
     python -m training.calibrate --model ... --no-examples          # for indexes without example requests
+    python -m training.calibrate --model ... --catalogs fit         # + catalogs shaped like users' (day one)
+    python -m training.calibrate ... --load-lists L --cv            # leave one catalog kind out (no model written)
 
 Dev questions are scored three ways: the request alone, the request with its need, and
 the request alone with the labelled server and every acceptable alternative's server made
@@ -21,6 +23,16 @@ Two stages (retrieval/pipeline/confidence.py):
    monotone, so it moves no list's order and no abstention AUROC: it only decides what
    the numbers mean, "this tool does what was asked", for requests like the questions.
    The proceed threshold (training/thresholds.py) is where the no-fit cases are weighed.
+
+``--catalogs fit`` (0.10.0, an experiment, not the shipped fit) also fits on **catalogs shaped like
+users'** (``training/flow_cases.py``: MCP-Zero dev organisations of 10-30 servers and the five training
+corpora, each answerable request with its no-fit twin, without a need, with its blind need and with the
+sharper second one), and can read the catalog's size (``log_eligible``). Left one training corpus out at a
+time (``--cv``) it looked better (mean ECE of the best probability 0.103 -> 0.041); on the held-out corpora
+it was worse (ECE up on five of seven, no-fit twins proceeding more) and ranked worse (dev rank 1 with the
+need 81.2 -> 79.7), so the shipped day-one model is fitted on the dev questions as before
+(docs/results.md, "Release 0.10.0"). The lists can be saved (``--save-lists``) and refitted without
+scoring (``--load-lists``).
 """
 
 from __future__ import annotations
@@ -55,21 +67,38 @@ class Collected:
     labels: list[np.ndarray] = field(default_factory=list)
     groups: list[np.ndarray] = field(default_factory=list)
     modes: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)   # the catalog kind of each list ("questions": the full catalog)
 
-    def add(self, f: dict[str, np.ndarray], y: np.ndarray, mode: str) -> None:
+    def add(self, f: dict[str, np.ndarray], y: np.ndarray, mode: str, kind: str = "questions") -> None:
         g = len(self.labels)
         for k, v in f.items():
             self.feats.setdefault(k, []).append(v)
         self.labels.append(y)
         self.groups.append(np.full(len(y), g))
         self.modes.append(mode)
+        self.kinds.append(kind)
 
-    def subset(self, modes: tuple[str, ...]) -> "Collected":
-        """Only the lists of these modes."""
+    def subset(self, modes: tuple[str, ...] | None = None, *, keep=None) -> "Collected":
+        """Only the lists of these modes (and, with ``keep``, whose kind it accepts)."""
         out = Collected()
-        for g, mode in enumerate(self.modes):
-            if mode in modes:
-                out.add({k: v[g] for k, v in self.feats.items()}, self.labels[g], mode)
+        for g, (mode, kind) in enumerate(zip(self.modes, self.kinds)):
+            if (modes is None or mode in modes) and (keep is None or keep(kind)):
+                out.add({k: v[g] for k, v in self.feats.items()}, self.labels[g], mode, kind)
+        return out
+
+    def save(self, path: Path) -> None:
+        """Every list, to fit again without scoring (``--load-lists``)."""
+        import pickle
+        path.write_bytes(pickle.dumps({"feats": self.feats, "labels": self.labels, "modes": self.modes,
+                                       "kinds": self.kinds}))
+
+    @classmethod
+    def load(cls, path: Path) -> "Collected":
+        import pickle
+        d = pickle.loads(path.read_bytes())
+        out = cls()
+        for g, (mode, kind) in enumerate(zip(d["modes"], d["kinds"])):
+            out.add({k: v[g] for k, v in d["feats"].items()}, d["labels"][g], mode, kind)
         return out
 
     def arrays(self) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -84,7 +113,8 @@ def abstain_eligibility(index: ToolIndex, q: Query) -> Eligibility:
 
 
 QUESTION_MODES = ("request", "need", "abstain")   # lists built from the labelled questions
-MODES = QUESTION_MODES + ("nofit",)               # + lists of requests written to have no tool
+CATALOG_MODES = ("catalog", "catalog_nofit")      # lists on catalogs shaped like users' (training/flow_cases.py)
+MODES = QUESTION_MODES + ("nofit",) + CATALOG_MODES   # + lists of requests written to have no tool
 
 
 def _logits(scorer, request: str, need: str | None, index: ToolIndex, hits, score_top: int | None) -> np.ndarray:
@@ -107,6 +137,7 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
         it = tqdm(queries, desc="scoring dev", unit="q")
     for q in it:
         named, mentioned = registry.find(q.query), registry.find(q.query, loose=True)  # same in every mode
+        everything = len(index.catalog.tools)
         blind = (needs or {}).get(q.id)
         for mode in modes:
             runs = [None]
@@ -125,7 +156,9 @@ def collect(index: ToolIndex, queries: list[Query], scorer=None, *, k: int = 100
                 if scorer is not None:
                     logits = _logits(scorer, q.query, need, index, hits, score_top)
                 y = np.array([h.tool_id in q.lenient_targets for h in hits], dtype=np.float64)
-                out.add(candidate_features(hits, logits, named, mentioned), y, mode)
+                # the catalog's size, also for the abstain lists: the few tools they leave out would
+                # otherwise tell the fit which lists have no fitting tool (a count no user's catalog shows)
+                out.add(candidate_features(hits, logits, named, mentioned, everything), y, mode)
     return out
 
 
@@ -150,8 +183,43 @@ def collect_nofit(index: ToolIndex, requests: list, scorer=None, *, k: int = 100
             if not hits:
                 continue
             logits = _logits(scorer, r.query, need, index, hits, score_top) if scorer is not None else None
-            out.add(candidate_features(hits, logits, registry.find(r.query), registry.find(r.query, loose=True)),
+            out.add(candidate_features(hits, logits, registry.find(r.query), registry.find(r.query, loose=True),
+                                       len(index.catalog.tools)),
                     np.zeros(len(hits)), "nofit")
+    return out
+
+
+def collect_catalogs(pipes_and_cases: list, *, k: int = 100, out: Collected | None = None,
+                     show_progress: bool = True, score_top: int | None = None) -> Collected:
+    """Lists on catalogs shaped like users' (``training/flow_cases.py``: MCP-Zero organisations and
+    other writers' corpora, day one), each request without a need, with its blind need and with the
+    sharper second one: ``catalog`` lists where a labelled tool is eligible, ``catalog_nofit`` lists of
+    its twin where none is. Features as the pipeline computes them (its name matchers over the
+    eligible servers, the tenant's eligible count), each list marked with its catalog kind."""
+    out = out if out is not None else Collected()
+    for pipe, cases in pipes_and_cases:
+        it = cases
+        if show_progress:
+            from tqdm import tqdm
+            it = tqdm(cases, desc=f"scoring {cases[0].catalog if cases else ''}", unit="case")
+        sizes: dict[str, int] = {}
+        for case in it:
+            names = pipe._matchers(case.eligible)[2]
+            named, mentioned = names.find(case.request), names.find(case.request, loose=True)
+            # a no-fit twin counts its answerable case's catalog: the labelled tools it leaves out would
+            # otherwise mark every twin by a count a few tools short
+            n_eligible = sizes.get(case.id.removesuffix(":none")) or \
+                pipe._eligible_count(pipe.index.catalog, case.eligible)
+            sizes[case.id] = n_eligible
+            for need in dict.fromkeys([None, case.need, case.need2]):
+                hits = pipe.index.retrieve(case.request, need, case.eligible, k=k)
+                if not hits:
+                    continue
+                logits = _logits(pipe.scorer, case.request, need, pipe.index, hits, score_top) \
+                    if pipe.scorer is not None else None
+                y = np.array([h.tool_id in case.targets for h in hits], dtype=np.float64)
+                out.add(candidate_features(hits, logits, named, mentioned, n_eligible), y,
+                        "catalog" if case.answerable else "catalog_nofit", case.catalog)
     return out
 
 
@@ -196,6 +264,75 @@ def fit_list_calibration(model: ConfidenceModel, col: Collected, *, top: int = 1
         return None
 
 
+def catalog_cases(which: str, index: ToolIndex, scorer, n: int, seed: int) -> list:
+    """(pipeline, cases) per catalog kind of ``training/flow_cases.SETS[which]``, drawn as the agent-flow
+    benchmark draws them (same seed, same order: the same cases)."""
+    import random
+
+    from retrieval.evaluation.corpora import load_corpus
+    from retrieval.index.encoder import OnnxEncoder
+    from retrieval.pipeline.flow import Pipeline
+
+    from .flow_cases import SETS, corpus_cases, load_needs, mcpzero_cases
+
+    split, corpora = SETS[which]
+    flow_needs, rng = load_needs(), random.Random(seed)
+    out = [(Pipeline(index, scorer), mcpzero_cases(split, flow_needs, n, rng, index))]
+    encoder = None
+    for name in corpora:
+        cases, catalog = corpus_cases(name, flow_needs, n, rng)
+        if cases:
+            encoder = encoder or OnnxEncoder()
+            out.append((Pipeline(ToolIndex(catalog, encoder, with_examples=False), scorer), cases))
+    return out
+
+
+def _best(model: ConfidenceModel, col: Collected) -> tuple[np.ndarray, np.ndarray]:
+    """Per list: the best probability and whether its candidate fits."""
+    best, right = [], []
+    for g, y in enumerate(col.labels):
+        p = model.probabilities_from_features({k: v[g] for k, v in col.feats.items()})
+        i = int(np.argmax(p))
+        best.append(p[i])
+        right.append(y[i])
+    return np.array(best), np.array(right)
+
+
+def cross_validate(col: Collected, features: tuple[str, ...], cal_modes: tuple[str, ...]) -> list[dict]:
+    """Leave one catalog kind out: fit on every other list, then on the held-out kind's answerable lists the
+    ECE of the best probability (10 bins) and its mean against how often it is right, and on its no-fit twins
+    the mean best probability and the share at or above 0.83 (the proceed threshold)."""
+    from retrieval.evaluation.stats import ece
+
+    rows = []
+    for kind in sorted(set(col.kinds) - {"questions"}):
+        train = col.subset(keep=lambda k, held=kind: k != held)
+        feats, y, _ = train.arrays()
+        model = fit_confidence(feats, y, features)
+        if cal_modes:
+            model = replace(model, list_calibration=fit_list_calibration(model, train.subset(cal_modes)))
+        held = col.subset(keep=lambda k, held=kind: k == held)
+        pb, right = _best(model, held.subset(("catalog",)))
+        nb, _ = _best(model, held.subset(("catalog_nofit",)))
+        rows.append({"kind": kind, "lists": len(pb), "rank1": float(right.mean()), "mean_best": float(pb.mean()),
+                     "ece": float(ece(pb, right)), "nofit_lists": len(nb), "nofit_mean_best": float(nb.mean()),
+                     "nofit_over_083": float((nb >= 0.83).mean())})
+    return rows
+
+
+def format_cv(rows: list[dict]) -> str:
+    lines = ["| held-out kind | lists | right first | mean best | ECE best | no-fit lists | no-fit mean best | "
+             "no-fit >= 0.83 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['kind']} | {r['lists']} | {r['rank1']:.3f} | {r['mean_best']:.3f} | {r['ece']:.3f} | "
+                     f"{r['nofit_lists']} | {r['nofit_mean_best']:.3f} | {r['nofit_over_083']:.3f} |")
+    if rows:
+        lines.append(f"| mean | | | | {np.mean([r['ece'] for r in rows]):.3f} | | "
+                     f"{np.mean([r['nofit_mean_best'] for r in rows]):.3f} | "
+                     f"{np.mean([r['nofit_over_083'] for r in rows]):.3f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group(required=True)
@@ -221,7 +358,18 @@ def main(argv: list[str] | None = None) -> int:
                    "instead of the author-written needs, and abstain / no-fit lists are also scored with them")
     p.add_argument("--calibrate-on", default="request,need",
                    help="lists the second stage (list calibration) is fitted on; 'none' to skip it")
+    p.add_argument("--catalogs", choices=["fit"], help="also fit on catalogs shaped like users' (training/flow_cases.py: "
+                   "MCP-Zero dev organisations and the training corpora, day one, with their no-fit twins) as modes "
+                   "catalog / catalog_nofit; implies --no-examples")
+    p.add_argument("--catalog-n", type=int, default=100, help="answerable requests per catalog kind (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="the catalogs' draw (default 0: the agent-flow fit set's)")
+    p.add_argument("--save-lists", type=Path, help="also write every scored list here (to refit with --load-lists)")
+    p.add_argument("--load-lists", type=Path, help="fit on lists saved by --save-lists instead of scoring")
+    p.add_argument("--cv", action="store_true", help="leave one catalog kind out: print each held-out kind's ECE of "
+                   "the best probability and its no-fit twins' best, then exit without writing a model")
     a = p.parse_args(argv)
+    if a.catalogs:
+        a.no_examples = True
     a.score_top = score_top_flag(a.score_top)
     modes, cal_modes = _modes(p, "--modes", a.modes), _modes(p, "--calibrate-on", a.calibrate_on, allow_none=True)
     if not set(cal_modes) <= set(modes):
@@ -229,23 +377,36 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from retrieval.index.default import load_or_build_default
 
-    index = load_or_build_default(with_examples=not a.no_examples, show_progress=True)
-    queries = load_queries(a.queries, split=a.split)[: a.limit or None]
+    if "nofit" in modes and not a.nofit and not a.load_lists:
+        p.error("--modes nofit needs --nofit FILE")
     scorer = None
     if a.model:
         from scorer import Scorer
         scorer = Scorer.load(a.model, threads=a.threads)
+    queries = load_queries(a.queries, split=a.split)[: a.limit or None]
     needs = None
     if a.needs:
         from .needs import read_needs
         needs = {rid: r["need"] for rid, r in read_needs(a.needs).items()}
-    col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES), score_top=a.score_top,
-                  needs=needs)
-    if "nofit" in modes and not a.nofit:
-        p.error("--modes nofit needs --nofit FILE")
-    if a.nofit:
-        from retrieval.evaluation.abstention import load_nofit
-        collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col, score_top=a.score_top, needs=needs)
+    if a.load_lists:
+        col = Collected.load(a.load_lists)
+    else:
+        index = load_or_build_default(with_examples=not a.no_examples, show_progress=True)
+        col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES),
+                      score_top=a.score_top, needs=needs)
+        if a.nofit:
+            from retrieval.evaluation.abstention import load_nofit
+            collect_nofit(index, load_nofit(a.nofit, a.nofit_split), scorer, out=col, score_top=a.score_top,
+                          needs=needs)
+        if a.catalogs:
+            collect_catalogs(catalog_cases(a.catalogs, index, scorer, a.catalog_n, a.seed), out=col,
+                             score_top=a.score_top)
+        if a.save_lists:
+            col.save(a.save_lists)
+    if a.catalogs:
+        modes = tuple(dict.fromkeys(modes + CATALOG_MODES))
+        cal_modes = tuple(dict.fromkeys(cal_modes + ("catalog",))) if cal_modes else cal_modes
+    col = col.subset(modes)
     feats, y, _ = col.arrays()
     features = FEATURES if scorer is not None else RETRIEVAL_FEATURES
     if a.features:
@@ -256,10 +417,16 @@ def main(argv: list[str] | None = None) -> int:
         if scorer is not None and "logit" not in chosen:
             p.error("--features must keep 'logit' when a --model is scored")
         features = tuple(f for f in features if f in chosen)
+    if a.cv:
+        print(format_cv(cross_validate(col, features, cal_modes)))
+        return 0
     kind = "without" if a.no_examples else "with"
     model = fit_confidence(feats, y, features, fitted_on=f"{a.split} questions ({len(queries)}), modes "
                                                          f"{sorted(set(col.modes))}, index {kind} example requests"
                                                          + (", blind needs" if needs else "")
+                                                         + (f", catalogs shaped like users' ({a.catalogs} set: "
+                                                            f"{', '.join(sorted(set(col.kinds) - {'questions'}))})"
+                                                            if a.catalogs else "")
                                                          + (f", logits of the first {a.score_top} candidates"
                                                             if scorer is not None and a.score_top else ""))
     if cal_modes:

@@ -2,7 +2,8 @@
 # What every release refits and re-measures once its models are in place (release.sh after a new
 # cross-encoder, release_encoder.sh after a new dense encoder), the 0.7.0 flow:
 #   1. the confidence models with the agents' blind needs (with and without example requests; dev
-#      questions + the train split's no-fit requests), side by side, one core each;
+#      questions + the train split's no-fit requests), side by side, one core each, and the retrieval-only
+#      ones on the same lists (0.10.0 also tried fitting day one on the fit catalogs: docs/results.md);
 #   2. the agent flow on the fit catalogs (MCP-Zero dev organisations + the training corpora) ->
 #      the tail calibration -> the decision zones (printed: change Policy's defaults by hand if they move);
 #   3. measured on what nothing was fitted on, side by side: the agent flow on the report catalogs
@@ -11,7 +12,7 @@
 #
 #   training/refit.sh models/toolrank-reranker
 #
-# SCORE_TOP (default 10); CAL_QUESTIONS (default 400); CAL_FEATURES_NOEX (default: 0.6.0's day-one set);
+# SCORE_TOP (default 10); CAL_QUESTIONS (default 400); CAL_FEATURES / CAL_FEATURES_NOEX (defaults: 0.10.0's);
 # FLOW_N (default 100) / REPORT_N (default 150): answerable requests per catalog kind; BASELINE: a folder
 # with an earlier release's combiner*.json and config.json (default: none, the tail-less policy);
 # LOGS (default runs/refit-logs); MEASURE=0 stops after the zones (step 3 left to the caller).
@@ -24,7 +25,9 @@ nofit="$here/data/nofit.jsonl"
 needs="$here/data/needs_blind.jsonl"
 top="${SCORE_TOP:-10}"
 limit="${CAL_QUESTIONS:-400}"
+ex_features="${CAL_FEATURES:-logit,logit_gap,log_fused_rank,log_bm25_rank,log_dense_rank,dense_score,dense_gap,bm25_rel,bm25_over_5th,fused_rel,named_other,mentions_server}"
 noex_features="${CAL_FEATURES_NOEX:-logit,logit_gap,log_fused_rank,dense_score,fused_rel,named_other,mentions_server}"
+retrieval_features=log_fused_rank,log_bm25_rank,log_dense_rank,dense_score,dense_gap,bm25_rel,bm25_over_5th,fused_rel,named_other,mentions_server
 results="$root/benchmarks/results"
 logs="${LOGS:-$root/runs/refit-logs}"
 mkdir -p "$logs"
@@ -41,9 +44,16 @@ lanes() {   # run the given commands side by side; fail if any fails (its log na
 }
 
 lanes "python -m training.calibrate --model '$out' --limit $limit --score-top $top --threads 1 \
-         --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs'" \
+         --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs' --features $ex_features \
+         --save-lists '$logs/lists_ex.pkl'" \
       "python -m training.calibrate --model '$out' --limit $limit --score-top $top --threads 1 --no-examples \
-         --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs' --features $noex_features"
+         --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs' --features $noex_features \
+         --save-lists '$logs/lists_noex.pkl'"
+# the retrieval-only models on the same lists
+for kind in ex noex; do
+  python -m training.calibrate --retrieval-only --limit "$limit" $([ $kind = noex ] && echo --no-examples) \
+      --modes request,need,abstain,nofit --needs "$needs" --features "$retrieval_features" --load-lists "$logs/lists_$kind.pkl"
+done
 python "$root/benchmarks/agent_flow.py" --set fit --n "${FLOW_N:-100}" --always-second --model "$out" \
     --out "$results/agent_flow_fit.json" > "$logs/agent_flow_fit.log" 2>&1
 python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibration.json"

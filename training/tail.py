@@ -4,8 +4,8 @@
     python -m training.tail benchmarks/results/agent_flow_fit.json --out models/toolrank-reranker/tail_calibration.json
 
 A logistic regression (scikit-learn) over the fit catalogs' first-attempt candidates at ranks
-11-100: the retrieval-only model's probability (as a logit), the log of the rank and the log of the
-number of eligible tools. Rows come from MCP-Zero dev organisations and the training corpora only;
+11-100: the retrieval-only model's probability (as a logit), the log of the rank, the log of the
+number of eligible tools and the log of the expected number of fitting tools among the scored ones. Rows come from MCP-Zero dev organisations and the training corpora only;
 the README's figures come from other catalogs (``--set report``).
 """
 
@@ -20,14 +20,22 @@ import numpy as np
 
 
 def tail_matrix(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """One row per candidate at ranks 11-100 of the answerable requests: [logit(r), log rank, log eligible,
+    log expected fits in the head] (the last from ``head_p``, rows of 0.10.0's benchmark on)."""
+    from retrieval.pipeline.confidence import head_fits
+
     xs, ys = [], []
     for r in rows:
         if not r.get("answerable") or "tail_r" not in r:
             continue
+        if "head_p" not in r:
+            raise ValueError("rows without head_p (the scored candidates' probabilities): run "
+                             "benchmarks/agent_flow.py --set fit with this version")
         p = np.clip(np.asarray(r["tail_r"], dtype=np.float64), 1e-6, 1 - 1e-6)
         ranks = np.arange(11, 11 + len(p), dtype=np.float64)
         n = np.full(len(p), np.log(max(int(r.get("n_eligible", 1)), 1)))
-        xs.append(np.stack([np.log(p / (1 - p)), np.log(ranks), n], axis=1))
+        head = np.full(len(p), head_fits(np.asarray(r["head_p"], dtype=np.float64)))
+        xs.append(np.stack([np.log(p / (1 - p)), np.log(ranks), n, head], axis=1))
         ys.append(np.asarray(r["tail_fit"], dtype=float))
     if not xs:
         raise ValueError("no answerable rows with tail evidence (run benchmarks/agent_flow.py with this version)")
@@ -41,9 +49,16 @@ def fit_tail(rows: list[dict], source: str = ""):
 
     x, y = tail_matrix(rows)
     m = LogisticRegression(C=1.0, max_iter=1000).fit(x, y)
-    b, c, d = (float(v) for v in m.coef_[0])
+    b, c, d, e = (float(v) for v in m.coef_[0])
+    note = ""
+    if b < 0:
+        # a higher retrieval probability must not lower the tail's: without it (rank, size and head only)
+        # the tail's probability falls with the rank, so the tail keeps retrieval order
+        m = LogisticRegression(C=1.0, max_iter=1000).fit(x[:, 1:], y)
+        b, (c, d, e) = 0.0, (float(v) for v in m.coef_[0])
+        note = "; the retrieval probability's weight came out negative, so it is left out"
     return TailCalibration(float(m.intercept_[0]), b, c, d, fitted_on=f"{source}: {len(y)} candidates at ranks "
-                                                                      f"11-100, {int(y.sum())} fit"), x, y
+                                                                      f"11-100, {int(y.sum())} fit{note}", e=e), x, y
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {a.rows} is the {data.get('set')!r} set; fit on the 'fit' set only", file=sys.stderr)
         return 2
     tail, x, y = fit_tail(data["rows"], a.rows.name)
-    pred = tail.a + x @ np.array([tail.b, tail.c, tail.d])
+    pred = tail.a + x @ np.array([tail.b, tail.c, tail.d, tail.e])
     p_hat = 1 / (1 + np.exp(-pred))
     print(f"{tail}\nfit set: predicted {p_hat.mean():.5f} vs observed {y.mean():.5f} per candidate")
     tail.save(a.out)

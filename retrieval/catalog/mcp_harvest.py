@@ -40,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from retrieval.settings import HarvestSettings
 from retrieval.version import package_version
+from scorer.locations import variable
 
 from .formats import tools_from_mcp_list
 from .model import CatalogError, Tool
@@ -83,7 +84,7 @@ _CLIENT_KEYS = {"autoApprove", "alwaysAllow", "source", "settings", "dev", "gall
 # write "mcpServers"; VS Code "servers" (.vscode/mcp.json) or "mcp": {"servers"} (settings.json);
 # Zed "context_servers" (settings.json).
 _SECTIONS = (("mcpServers",), ("servers",), ("mcp", "servers"), ("context_servers",))
-ENV_PARENTS = "TOOLRANK_MCP_PARENTS"     # set for every stdio server: the configurations above it (HarvestSettings)
+ENV_PARENTS = variable(HarvestSettings, "mcp_parents")     # set for every stdio server: the configurations above it (HarvestSettings)
 RECURSIVE_SERVER_NAME = "toolrank-refused-recursion"
 
 

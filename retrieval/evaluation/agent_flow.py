@@ -82,6 +82,7 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
     if tail and case.answerable:
         hits = pipe.index.retrieve(case.request, n1, case.eligible, k=pipe.policy.candidates)
         p = pipe.probabilities(case.request, n1, hits, pipe.policy.score_top, case.eligible)
+        row["head_p"] = [round(float(x), 6) for x in p[:10]]
         row["tail_p"] = [round(float(x), 6) for x in p[10:]]
         row["tail_fit"] = [h.tool_id in case.targets for h in hits[10:]]
         tail_model = getattr(pipe, "tail_confidence", None)

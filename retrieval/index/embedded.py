@@ -220,7 +220,7 @@ class ToolIndex:
         empty = (np.zeros(0, int), np.zeros(0))
         b_rows, b_scores = bm25.search(query, depth, mask) if stage != "dense" else empty
         nb_rows = bm25.search(need_q, depth, mask)[0] if stage != "dense" and need_q else empty[0]
-        (d_rows, d_scores), nd_rows = empty, empty[0]
+        (d_rows, d_scores), (nd_rows, nd_scores) = empty, empty
         if stage != "bm25":
             if query_vector is None:
                 query_vector, need_vector = self.embed_queries(request, need)
@@ -228,9 +228,11 @@ class ToolIndex:
                 need_vector = self.encoder.encode([need_q])[0]
             d_rows, d_scores = dense.search(query_vector, depth, mask)
             if need_q:
-                nd_rows = dense.search(need_vector, depth, mask)[0]
+                nd_rows, nd_scores = dense.search(need_vector, depth, mask)
         b_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(b_rows, b_scores))}
         d_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(d_rows, d_scores))}
+        nb_rank = {int(r): i + 1 for i, r in enumerate(nb_rows)}
+        nd_rank = {int(r): (i + 1, float(s)) for i, (r, s) in enumerate(zip(nd_rows, nd_scores))}
         if stage == "bm25" and not need_q:
             ranked = [(int(r), float(s)) for r, s in zip(b_rows, b_scores)]
         elif stage == "dense" and not need_q:
@@ -241,7 +243,8 @@ class ToolIndex:
         for rank, (row, score) in enumerate(ranked[:k], 1):
             br, bs = b_rank.get(row, (None, None))
             dr, ds = d_rank.get(row, (None, None))
-            hits.append(Hit(catalog.tools[row].id, rank, score, br, bs, dr, ds))
+            ndr, nds = nd_rank.get(row, (None, None))
+            hits.append(Hit(catalog.tools[row].id, rank, score, br, bs, dr, ds, nb_rank.get(row), ndr, nds))
         return hits
 
     def tool(self, tool_id: ToolId) -> Tool | None:

@@ -11,7 +11,11 @@ __all__ = ["Hit"]
 
 @dataclass(frozen=True)
 class Hit:
-    """A retrieved candidate. Ranks are 1-based; ``None`` means "not in that list"."""
+    """A retrieved candidate. Ranks are 1-based; ``None`` means "not in that list".
+
+    ``need_*``: the candidate in the lists of the agent's need alone (None without a need, or not in
+    that list): how the need, the easy text to match, sees the candidate (a confidence feature).
+    """
 
     tool_id: ToolId
     rank: int
@@ -20,3 +24,6 @@ class Hit:
     bm25_score: float | None = None
     dense_rank: int | None = None
     dense_score: float | None = None
+    need_bm25_rank: int | None = None
+    need_dense_rank: int | None = None
+    need_dense_score: float | None = None

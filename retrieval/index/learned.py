@@ -949,6 +949,8 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     need_dense = dense_order(nv, need_q) if need_q else []
     b_info = {tid: (i + 1, s) for i, (tid, s) in enumerate(b_order)}
     d_info = {tid: (i + 1, s) for i, (tid, s) in enumerate(d_order)}
+    nb_info = {tid: i + 1 for i, (tid, _) in enumerate(need_lexical)}
+    nd_info = {tid: (i + 1, s) for i, (tid, s) in enumerate(need_dense)}
     fused = fused_lists([tid for tid, _ in b_order], [tid for tid, _ in d_order],
                         [tid for tid, _ in need_lexical], [tid for tid, _ in need_dense], index.fusion,
                         learned_lexical)
@@ -956,5 +958,6 @@ def retrieve_with_learned(index: Any, learned: LearnedExamples | None, request: 
     for rank, (tid, score) in enumerate(fused[:k], 1):
         br, bs = b_info.get(tid, (None, None))
         dr, ds = d_info.get(tid, (None, None))
-        hits.append(Hit(tid, rank, score, br, bs, dr, ds))
+        ndr, nds = nd_info.get(tid, (None, None))
+        hits.append(Hit(tid, rank, score, br, bs, dr, ds, nb_info.get(tid), ndr, nds))
     return hits

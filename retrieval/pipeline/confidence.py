@@ -46,23 +46,32 @@ if TYPE_CHECKING:
     from scorer import Scorer
 
 __all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration", "TailCalibration", "TAIL_FILE",
-           "candidate_features", "combiner_file",
+           "candidate_features", "combiner_file", "head_fits",
            "default_confidence_path", "first_logits"]
 
 MISSING_RANK = 201.0  # a candidate absent from one list sits just past its depth
 RETRIEVAL_FEATURES = ("log_fused_rank", "log_bm25_rank", "log_dense_rank", "dense_score", "dense_gap",
-                      "bm25_rel", "bm25_over_5th", "fused_rel", "named_other", "mentions_server")
+                      "bm25_rel", "bm25_over_5th", "fused_rel", "named_other", "mentions_server",
+                      "has_need", "log_need_rank", "need_dense_score", "need_dense_gap", "log_eligible")
 FEATURES = ("logit", "logit_gap") + RETRIEVAL_FEATURES
 
 
 def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,
                        named_servers: Collection[str] = (),
-                       mentioned_servers: Collection[str] = ()) -> dict[str, np.ndarray]:
+                       mentioned_servers: Collection[str] = (),
+                       n_eligible: int | None = None) -> dict[str, np.ndarray]:
     """Per-candidate features of one ranked list (all relative ones are within this list).
 
     ``named_servers``: the servers the request names explicitly (empty when it names none).
     ``mentioned_servers``: the servers whose name appears anywhere in it, however casually
     ("send a slack msg"); see :meth:`ServerMentionMatcher.find` with ``loose=True``.
+    ``n_eligible``: how many tools the search could return (the catalog as this tenant sees it;
+    default: the list's length). A confidence model fitted over catalogs of many sizes reads it
+    (``log_eligible``): a rank-1 cosine of 0.5 means more among 30 tools than among 3,000.
+
+    The need's own lists (``has_need``, ``log_need_rank``, ``need_dense_score``, ``need_dense_gap``):
+    how the agent's need alone, the easy text to match, sees the candidate. Without a need they
+    repeat the request's view (``has_need`` 0), so one model reads lists with and without one.
     """
     n = len(hits)
     f: dict[str, np.ndarray] = {}
@@ -87,6 +96,21 @@ def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,
     f["named_other"] = np.array([float(bool(named) and h.tool_id.server not in named) for h in hits])
     mentioned = set(mentioned_servers)
     f["mentions_server"] = np.array([float(h.tool_id.server in mentioned) for h in hits])
+    has_need = any(h.need_bm25_rank is not None or h.need_dense_rank is not None for h in hits)
+    f["has_need"] = np.full(n, float(has_need))
+    if has_need:
+        need_rank = [min(h.need_bm25_rank or MISSING_RANK, h.need_dense_rank or MISSING_RANK) for h in hits]
+        need_dense = np.array([h.need_dense_score if h.need_dense_score is not None else np.nan for h in hits],
+                              dtype=np.float64)
+        need_dense = np.where(np.isfinite(need_dense), need_dense,
+                              np.nanmin(need_dense) if np.isfinite(need_dense).any() else floor)
+    else:
+        need_rank = [min(h.bm25_rank or MISSING_RANK, h.dense_rank or MISSING_RANK) for h in hits]
+        need_dense = dense
+    f["log_need_rank"] = np.log(np.array(need_rank, dtype=np.float64))
+    f["need_dense_score"] = need_dense
+    f["need_dense_gap"] = need_dense - (need_dense.max() if n else 0.0)
+    f["log_eligible"] = np.full(n, np.log(max(int(n_eligible if n_eligible is not None else n), 1)))
     if logits is not None:
         z = np.asarray(logits, dtype=np.float64)
         f["logit"] = z
@@ -169,10 +193,12 @@ class ConfidenceModel:
         return self.list_calibration.apply(s) if self.list_calibration is not None else s
 
     def probabilities(self, hits: Sequence[Hit], logits: np.ndarray | None = None,
-                      named_servers: Collection[str] = (), mentioned_servers: Collection[str] = ()) -> np.ndarray:
+                      named_servers: Collection[str] = (), mentioned_servers: Collection[str] = (),
+                      n_eligible: int | None = None) -> np.ndarray:
         if not len(hits):
             return np.zeros(0)
-        return self.probabilities_from_features(candidate_features(hits, logits, named_servers, mentioned_servers))
+        return self.probabilities_from_features(candidate_features(hits, logits, named_servers, mentioned_servers,
+                                                                   n_eligible))
 
     def probabilities_from_features(self, feats: dict[str, np.ndarray]) -> np.ndarray:
         z = self.decision_values(feats)
@@ -213,33 +239,47 @@ class ConfidenceModel:
 @dataclass(frozen=True)
 class TailCalibration:
     """The probability of a candidate the cross-encoder did not read (past ``score_top``):
-    ``sigmoid(a + b*logit(r) + c*log(rank) + d*log(eligible tools))`` where ``r`` is the retrieval-only
-    model's probability. The catalog's size is a feature: on a 50-tool catalog rank 30 is a tool of the
-    same small domain, on 3,000 tools it is noise. Fitted on the agent-flow rows of the fit catalogs
-    (``training/tail.py``); ``fitted_on`` says which."""
+    ``sigmoid(a + b*logit(r) + c*log(rank) + d*log(eligible tools) + e*log(expected fits in the head))``
+    where ``r`` is the retrieval-only model's probability and the expected fits in the head are the sum of
+    the scored candidates' probabilities. The catalog's size is a feature: on a 50-tool catalog rank 30 is a
+    tool of the same small domain, on 3,000 tools it is noise. The head's sum says how many tools the request
+    needs: a task of several steps has several fitting tools, and more of them past rank 10 (0.9.0's tail,
+    without it, read 0.08-0.36x the observed rate on multi-tool corpora). Fitted on the agent-flow rows of
+    the fit catalogs (``training/tail.py``); ``fitted_on`` says which. A file without ``e`` is 0.9.0's."""
 
     a: float
     b: float
     c: float
     d: float
     fitted_on: str = ""
+    e: float = 0.0
 
-    def probabilities(self, retrieval_p: np.ndarray, ranks: np.ndarray, n_eligible: int) -> np.ndarray:
+    def probabilities(self, retrieval_p: np.ndarray, ranks: np.ndarray, n_eligible: int,
+                      head_p: np.ndarray | None = None) -> np.ndarray:
         r = np.clip(np.asarray(retrieval_p, dtype=np.float64), 1e-6, 1 - 1e-6)
         z = self.a + self.b * np.log(r / (1 - r)) + self.c * np.log(np.asarray(ranks, dtype=np.float64)) \
             + self.d * np.log(max(int(n_eligible), 1))
+        if self.e:
+            z = z + self.e * head_fits(head_p)
         return sigmoid(z)
 
     @classmethod
     def load(cls, path: str | Path) -> "TailCalibration":
         try:
             d = json.loads(Path(path).read_text())
-            return cls(float(d["a"]), float(d["b"]), float(d["c"]), float(d["d"]), str(d.get("fitted_on", "")))
+            return cls(float(d["a"]), float(d["b"]), float(d["c"]), float(d["d"]), str(d.get("fitted_on", "")),
+                       float(d.get("e", 0.0)))
         except (OSError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: malformed tail calibration ({exc})") from None
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(asdict(self), indent=1))
+
+
+def head_fits(head_p: np.ndarray | None) -> float:
+    """``log`` of the expected number of fitting tools among the scored candidates (floored at 0.01)."""
+    total = float(np.sum(head_p)) if head_p is not None and len(head_p) else 0.0
+    return float(np.log(max(total, 0.01)))
 
 
 TAIL_FILE = "tail_calibration.json"

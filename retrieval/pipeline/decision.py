@@ -25,7 +25,8 @@ from retrieval.index.hits import Hit
 
 from .results import Decision, Source
 
-__all__ = ["Policy", "Choice", "Decided", "shortcut_floors", "decide", "choose", "decide_search", "message"]
+__all__ = ["Policy", "Choice", "Decided", "shortcut_floors", "best_first", "decide", "choose", "decide_search",
+           "message"]
 
 # A returned tool: its id, its probability and how it got into the result.
 Choice = tuple[ToolId, float, Source]
@@ -42,7 +43,7 @@ class Policy:
     the agent's need (README, "Decision zones"; ``training/thresholds.py``).
     """
 
-    proceed_threshold: float = 0.83   # chosen on the agent flow over the fit catalogs: no-fit proceeds <= 10% on every kind (zones_fit.md)
+    proceed_threshold: float = 0.86   # chosen on the agent flow over the fit catalogs: no-fit proceeds <= 10% on every kind (zones_fit.md)
     # The second attempt's no-fit floor: under it, no_fit; between it and proceed_threshold, choose.
     # Both chosen on the agent flow over catalogs shaped like users' (MCP-Zero dev organisations and the
     # five training corpora, day one, with and without a need): benchmarks/results/zones_fit.md.
@@ -127,6 +128,20 @@ def shortcut_floors(hits: Sequence[Hit], probs: np.ndarray, exact: Sequence[Tool
     return probs, source
 
 
+def best_first(probs: np.ndarray, n_scored: int | None = None, lifted: Sequence[int] = ()) -> np.ndarray:
+    """Candidate positions best first: the ones the cross-encoder read (the first ``n_scored`` in retrieval
+    order, and the ``lifted`` positions: tools named exactly) before the rest, each group by probability,
+    ties in retrieval order. A candidate the cross-encoder did not read keeps its own calibrated probability
+    but never passes one it read (``n_scored=None``: all were read)."""
+    key = np.asarray(probs, dtype=np.float64)
+    if n_scored is not None and n_scored < len(key):
+        head = np.zeros(len(key), dtype=bool)
+        head[:n_scored] = True
+        head[list(lifted)] = True
+        key = np.where(head, key + 2.0, key)   # probabilities lie in [0, 1]: every read one sorts first
+    return np.argsort(-key, kind="stable")
+
+
 def decide(best: float, attempt: int, policy: Policy) -> Decision:
     """``proceed`` at or above the threshold; below it, ``search_again`` on the first attempt; on the
     second, ``choose`` down to the no-fit floor and ``no_fit`` only under it."""
@@ -138,15 +153,16 @@ def decide(best: float, attempt: int, policy: Policy) -> Decision:
 
 
 def choose(hits: Sequence[Hit], probs: np.ndarray, source: dict[ToolId, Source], *, always: Sequence[ToolId],
-           exact: Sequence[ToolId], decision: Decision, policy: Policy, max_results: int) -> list[Choice]:
-    """The tools to return: always-available ones (1.0), then, unless ``no_fit``, the hits by
-    probability (ties keep retrieval order) until ``max_results``, stopping below ``policy.floor``
-    once ``min_results`` are in; a tool named exactly stays even when the list is full."""
+           exact: Sequence[ToolId], decision: Decision, policy: Policy, max_results: int,
+           order: np.ndarray | None = None) -> list[Choice]:
+    """The tools to return: always-available ones (1.0), then, unless ``no_fit``, the hits in ``order``
+    (default: by probability, ties keep retrieval order) until ``max_results``, stopping below
+    ``policy.floor`` once ``min_results`` are in; a tool named exactly stays even when the list is full."""
     chosen: list[Choice] = [(t, 1.0, "always_available") for t in always]
     if decision == "no_fit":
         return chosen
     row_of = {h.tool_id: i for i, h in enumerate(hits)}
-    for i in (int(i) for i in np.argsort(-probs, kind="stable")):
+    for i in (int(i) for i in (best_first(probs) if order is None else order)):
         if len(chosen) >= max_results:
             break
         tid = hits[i].tool_id
@@ -163,7 +179,8 @@ def choose(hits: Sequence[Hit], probs: np.ndarray, source: dict[ToolId, Source],
 
 
 def decide_search(hits: Sequence[Hit], probs: np.ndarray, *, always: Sequence[ToolId], exact: Sequence[ToolId],
-                  mentioned: Sequence[str], attempt: int, policy: Policy, max_results: int) -> Decided:
+                  mentioned: Sequence[str], attempt: int, policy: Policy, max_results: int,
+                  n_scored: int | None = None) -> Decided:
     """The decision and the tools to return for ranked ``hits`` with calibrated ``probs``.
 
     Args:
@@ -174,15 +191,18 @@ def decide_search(hits: Sequence[Hit], probs: np.ndarray, *, always: Sequence[To
         mentioned: servers the request names explicitly (the search was restricted to them).
         attempt: 1 for a first search, 2 after ``search_again``.
         max_results: the most tools to return (tools named exactly may come on top).
+        n_scored: how many of the first hits the cross-encoder read (None: all); the rest follow them
+            (:func:`best_first`), and the best probability is the first one's.
     """
     probs, source = shortcut_floors(hits, probs, exact, mentioned, policy)
-    order = np.argsort(-probs, kind="stable")
+    row_of = {h.tool_id: i for i, h in enumerate(hits)}
+    order = best_first(probs, n_scored, [row_of[t] for t in exact])
     best = float(probs[order[0]]) if len(order) else 0.0
     if always:
         best = 1.0
     decision = decide(best, attempt, policy)
     chosen = choose(hits, probs, source, always=always, exact=exact, decision=decision, policy=policy,
-                    max_results=max_results)
+                    max_results=max_results, order=order)
     return Decided(decision, best, chosen)
 
 

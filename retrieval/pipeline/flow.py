@@ -32,7 +32,7 @@ from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
 from .confidence import (TAIL_FILE, ConfidenceModel, TailCalibration, combiner_file, default_confidence_path,
                          first_logits)
-from .decision import Decided, Policy, decide_search, message
+from .decision import Decided, Policy, best_first, decide_search, message
 from .definitions import FORMATS, Format, build_definitions
 from .explain import explanation, query_terms
 from .results import ScoredTool, SearchResult, TokenReport
@@ -283,26 +283,31 @@ class Pipeline:
                     score_top: int | None = None, eligible: Eligibility | None = None) -> np.ndarray:
         """Calibrated probabilities: the confidence model for this kind of index, and the one fitted
         without examples for the tools that have none (shipped or learned); past the first
-        ``score_top`` (not read by the cross-encoder) the retrieval-only model's, capped at the
-        lowest scored probability."""
+        ``score_top`` (not read by the cross-encoder) the retrieval-only model's, re-calibrated by the
+        shipped tail calibration (or, without one, capped at the lowest scored probability). The order
+        that puts every scored tool first is :func:`best_first`'s."""
         if not hits:
             return np.zeros(0)
-        p = self.confidence.probabilities(hits, logits, named, mentioned)
+        n_eligible = self._eligible_count(catalog, eligible)
+        p = self.confidence.probabilities(hits, logits, named, mentioned, n_eligible)
         noex = self.confidence_noex
         if noex is not None and (logits is not None or not noex.uses_logit):
             bare = np.array([not catalog[h.tool_id].examples and not (learned and h.tool_id in learned) for h in hits])
             if bare.any():
-                p = np.where(bare, noex.probabilities(hits, logits, named, mentioned), p)
+                p = np.where(bare, noex.probabilities(hits, logits, named, mentioned, n_eligible), p)
         if self.tail_confidence is not None and logits is not None and score_top is not None and score_top < len(hits):
-            tail = self.tail_confidence.probabilities(hits, None, named, mentioned)[score_top:]
+            tail = self.tail_confidence.probabilities(hits, None, named, mentioned, n_eligible)[score_top:]
             p = p.copy()
+            # Each keeps its own calibrated probability; the order puts every scored tool first
+            # (decision.best_first): sorted by probability alone, the calibrated tail overtook scored
+            # candidates the cross-encoder had rejected and cost test day-one top 5 2.8 points (76.8 ->
+            # 74.0 on 250 questions), and capped at the lowest scored one it read 0.08-0.36x the observed
+            # fit rate on multi-tool catalogs (0.9.0's agent-flow report).
             if self.tail_calibration is not None:
                 ranks = np.array([h.rank for h in hits[score_top:]])
-                tail = self.tail_calibration.probabilities(tail, ranks, self._eligible_count(catalog, eligible))
-            # An unscored tool never passes a scored one. Capped at the best scored one instead, the
-            # calibrated tail overtook scored candidates the cross-encoder had rejected and cost test
-            # day-one top 5 2.8 points (76.8 -> 74.0 on 250 questions): ranking comes first.
-            p[score_top:] = np.minimum(tail, p[:score_top].min())
+                p[score_top:] = self.tail_calibration.probabilities(tail, ranks, n_eligible, p[:score_top])
+            else:   # no tail calibration shipped: the retrieval-only probability, under every scored one
+                p[score_top:] = np.minimum(tail, p[:score_top].min())
         return p
 
     def _eligible_count(self, catalog: Catalog, eligible: Eligibility | None) -> int:
@@ -329,8 +334,7 @@ class Pipeline:
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
         """Hits re-ordered by probability, best first (ties keep retrieval order)."""
         p = self.probabilities(request, need, hits, score_top, eligible)
-        order = np.argsort(-p, kind="stable")
-        return [(hits[i].tool_id, float(p[i])) for i in order]
+        return [(hits[i].tool_id, float(p[i])) for i in best_first(p, score_top)]
 
     def score(self, request: str, need: str | None, tools: Sequence[Tool]) -> list[float]:
         """The scorer's calibrated probability for arbitrary (request, tool) pairs.
@@ -384,7 +388,8 @@ class Pipeline:
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
-                                attempt=req.attempt, policy=req.policy, max_results=req.max_results)
+                                attempt=req.attempt, policy=req.policy, max_results=req.max_results,
+                                n_scored=req.policy.score_top if logits is not None else None)
         result = self._output(req, found, hits, decided)
         log.debug("search: %s best=%.3f attempt=%d in %.1f ms", result.decision, decided.best, req.attempt,
                   (time.perf_counter() - t0) * 1e3)

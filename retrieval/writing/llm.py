@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import httpx
 
 from retrieval.settings import LLMSettings
+from scorer.locations import variable
 
 __all__ = [
     "ENV_API_KEY",
@@ -42,9 +43,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ENV_BASE_URL = "TOOLRANK_LLM_BASE_URL"
-ENV_MODEL = "TOOLRANK_LLM_MODEL"
-ENV_API_KEY = "TOOLRANK_LLM_API_KEY"
+ENV_BASE_URL = variable(LLMSettings, "base_url")
+ENV_MODEL = variable(LLMSettings, "model")
+ENV_API_KEY = variable(LLMSettings, "api_key")
 
 MAX_REPLY_BYTES = 8 * 1024 * 1024     # a chat completion is kilobytes; more is a broken endpoint
 _TRANSIENT_HTTP_ERRORS = (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError,

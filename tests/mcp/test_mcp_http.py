@@ -134,8 +134,8 @@ def test_http_token_by_default_and_port_in_use(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TOOLRANK_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("TOOLRANK_MCP_TOKEN", raising=False)
     a = build_parser().parse_args(["--http", "127.0.0.1:1"])
-    first = _token(a)
-    assert len(first) >= 32 and _token(a) == first                       # made once, then reused
+    first, given = _token(a)
+    assert len(first) >= 32 and _token(a) == (first, False) and not given   # made once, then reused
     assert token_path().stat().st_mode & 0o777 == 0o600
     monkeypatch.setenv("TOOLRANK_MCP_TOKEN", "short")
     with pytest.raises(ValueError, match="at least 16 characters"):

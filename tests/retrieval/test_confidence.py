@@ -177,6 +177,26 @@ def test_candidate_features_by_hand():
     assert "logit" not in candidate_features(h)
 
 
+def test_need_features_read_the_need_lists_and_repeat_the_request_without_one():
+    with_need = [
+        Hit(ToolId("A", "a"), 1, 0.5, 1, 8.0, 2, 0.8, 3, 1, 0.7),
+        Hit(ToolId("A", "b"), 2, 0.25, None, None, 1, 0.9, None, 2, 0.6),   # not in the need's BM25 list
+        Hit(ToolId("B", "c"), 3, 0.1, 2, 2.0, None, None, 5, None, None),   # in no need dense list
+    ]
+    f = candidate_features(with_need, n_eligible=40)
+    assert f["has_need"].tolist() == [1.0, 1.0, 1.0]
+    np.testing.assert_allclose(f["log_need_rank"], np.log([1, 2, 5]))          # the better of the need's ranks
+    np.testing.assert_allclose(f["need_dense_score"], [0.7, 0.6, 0.6])         # missing -> the list's lowest
+    np.testing.assert_allclose(f["need_dense_gap"], [0.0, -0.1, -0.1])
+    np.testing.assert_allclose(f["log_eligible"], np.log(40))
+    bare = [Hit(h.tool_id, h.rank, h.score, h.bm25_rank, h.bm25_score, h.dense_rank, h.dense_score) for h in with_need]
+    g = candidate_features(bare)
+    assert g["has_need"].tolist() == [0.0, 0.0, 0.0]
+    np.testing.assert_allclose(g["log_need_rank"], np.log([1, 1, 2]))        # the request's better rank
+    np.testing.assert_allclose(g["need_dense_score"], g["dense_score"])
+    np.testing.assert_allclose(g["log_eligible"], np.log(3))                   # default: the list's length
+
+
 def test_candidate_features_all_zero_scores():
     """An exactly named tool joins with score 0; a list of only such hits must not divide by zero."""
     h = [Hit(ToolId("A", "a"), 1, 0.0)]

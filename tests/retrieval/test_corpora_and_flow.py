@@ -93,12 +93,17 @@ def test_replay_follows_the_zones():
 
 # ------------------------------------------------------------------ ranks past score_top
 
-def test_tail_calibration_applies_to_unscored_candidates_but_never_past_a_scored_one(tmp_path):
-    tail = TailCalibration(a=-2.0, b=0.5, c=-0.5, d=-0.2, fitted_on="test")
+def test_tail_candidates_keep_their_own_probability_but_never_rank_past_a_scored_one(tmp_path):
+    tail = TailCalibration(a=-2.0, b=0.5, c=-0.5, d=-0.2, fitted_on="test", e=0.3)
     tail.save(tmp_path / "t.json")
     assert TailCalibration.load(tmp_path / "t.json") == tail
-    p = tail.probabilities(np.array([0.01, 0.5]), np.array([11, 50]), 100)
+    p = tail.probabilities(np.array([0.01, 0.5]), np.array([11, 50]), 100, np.array([0.9, 0.8]))
     assert 0 < p[0] < 1 and p[1] > 0
+    # a head that expects more fitting tools raises the tail (e > 0); 0.9.0's files (no e) ignore the head
+    assert (tail.probabilities(np.array([0.1]), np.array([20]), 100, np.array([0.9, 0.9, 0.9]))
+            > tail.probabilities(np.array([0.1]), np.array([20]), 100, np.array([0.9, 0.01, 0.01])))
+    (tmp_path / "old.json").write_text(json.dumps({"a": -2.0, "b": 0.5, "c": -0.5, "d": -0.2}))
+    assert TailCalibration.load(tmp_path / "old.json").e == 0.0
     with pytest.raises(ValueError):
         (tmp_path / "bad.json").write_text("{}")
         TailCalibration.load(tmp_path / "bad.json")
@@ -110,10 +115,25 @@ def test_tail_calibration_applies_to_unscored_candidates_but_never_past_a_scored
     pipe = Pipeline(index, FakeScorer({"get_forecast": 0.6}, default=0.01, path=tmp_path), policy=Policy(score_top=2))
     assert pipe.tail_calibration is not None
     probs = pipe.probabilities("weather forecast", None, hits, 2)
-    assert probs[2:].max() <= probs[:2].min() + 1e-12     # never above a scored candidate
+    assert np.allclose(probs[2:], 1 / (1 + np.exp(-5.0)))        # its own probability, above the scored ones
+    ranked = pipe.rank("weather forecast", None, hits, 2)
+    assert {t for t, _ in ranked[:2]} == {h.tool_id for h in hits[:2]}    # yet every scored tool comes first
+    result = pipe.search("weather forecast", None)
+    read = {h.tool_id for h in index.retrieve("weather forecast", None, k=pipe.policy.candidates)[:2]}
+    assert result.tools[0].tool_id in read and result.best_probability == result.tools[0].probability
     TailCalibration(a=-12.0, b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")  # p ~ 6e-6
     low = Pipeline(index, FakeScorer({"get_forecast": 0.6}, default=0.01, path=tmp_path), policy=Policy(score_top=2))
     assert np.allclose(low.probabilities("weather forecast", None, hits, 2)[2:], 1 / (1 + np.exp(12.0)))
+
+
+def test_best_first_puts_the_read_candidates_and_the_named_ones_first():
+    from retrieval.pipeline.decision import best_first
+
+    probs = np.array([0.2, 0.1, 0.9, 0.05, 0.3])
+    assert best_first(probs).tolist() == [2, 4, 0, 1, 3]
+    assert best_first(probs, 2).tolist() == [0, 1, 2, 4, 3]     # read ones first, each group by probability
+    assert best_first(probs, 2, lifted=[3]).tolist() == [0, 1, 3, 2, 4]
+    assert best_first(probs, 10).tolist() == best_first(probs).tolist()
 
 
 def test_suggestions_skip_the_same_product_under_another_name():

@@ -65,6 +65,15 @@ def test_a_need_naming_another_platform_cannot_hijack_the_request():
     assert guarded_need(request, "   ", pipe._matchers(Eligibility())[2]) is None
 
 
+def test_hits_carry_the_need_lists_ranks_for_the_confidence_model():
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    got = index.retrieve("can you help me with the thing we talked about", "list pull requests", k=8)
+    top = next(h for h in got if h.tool_id == ToolId("GitHub", "list_pull_requests"))
+    assert top.need_bm25_rank == 1 and top.need_dense_rank is not None and top.need_dense_score is not None
+    assert all(h.need_bm25_rank is None and h.need_dense_rank is None and h.need_dense_score is None
+               for h in index.retrieve("list pull requests", None, k=8))
+
+
 def test_the_need_channel_respects_eligibility():
     index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
     only = Eligibility.of(servers=["Weather"])

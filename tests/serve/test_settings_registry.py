@@ -69,7 +69,11 @@ def test_empty_variables_are_unset_for_every_reader(monkeypatch, tmp_path):
         monkeypatch.setenv(name, "")
     monkeypatch.setenv("TOOLRANK_MODELS", "  ")
     assert GatewayUsage.for_index(tmp_path / "idx") is not None     # learning stays on (it was a bool error)
-    assert len(_token(build_parser().parse_args(["--http", "127.0.0.1:1"]))) >= 16   # the kept token
+    token, given = _token(build_parser().parse_args(["--http", "127.0.0.1:1"]))
+    assert len(token) >= 16 and not given                               # the kept token, not the user's
+    monkeypatch.setenv("TOOLRANK_MCP_TOKEN", "a-token-of-the-users-own")
+    assert _token(build_parser().parse_args(["--http", "127.0.0.1:1"])) == ("a-token-of-the-users-own", True)
+    monkeypatch.setenv("TOOLRANK_MCP_TOKEN", "")
     assert HarvestSettings().parents() == []
     assert ModelSettings().models is None and models_root().is_dir()    # blank: the installed copy
     assert Settings(auth_disabled=True).ui is True

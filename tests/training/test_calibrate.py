@@ -158,3 +158,51 @@ def test_collected_subset_keeps_only_the_named_modes(index):
     kept = [g for g, m in enumerate(col.modes) if m != "abstain"]
     assert all(np.array_equal(a, col.labels[g]) for a, g in zip(sub.labels, kept))
     assert col.subset(()).modes == []
+
+
+# ------------------------------------------------------------------ catalogs shaped like users'
+
+
+def test_collect_catalogs_marks_kinds_and_gives_twins_their_cases_size(index, tmp_path):
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.evaluation.agent_flow import Case
+    from retrieval.pipeline.flow import Pipeline
+    from training.calibrate import Collected, collect_catalogs
+
+    pipe = Pipeline(index, None)
+    every = [t.id for t in index.catalog.tools]
+    cases = [Case("c1", "open a new issue in the repository", "toy", Eligibility(), frozenset({ISSUE}),
+                  "create an issue", "create an issue in a repository"),
+             Case("c1:none", "open a new issue in the repository", "toy",
+                  Eligibility.of(tools=[t for t in every if t != ISSUE]), frozenset(), "create an issue")]
+    col = collect_catalogs([(pipe, cases)], show_progress=False)
+    # the answerable case without a need, with its need and with the sharper one; the twin twice
+    assert col.modes == ["catalog"] * 3 + ["catalog_nofit"] * 2 and set(col.kinds) == {"toy"}
+    assert [int(lab.sum()) for lab in col.labels] == [1, 1, 1, 0, 0]
+    # the twin reads its case's catalog size, not the one tool short that would mark every twin
+    sizes = {float(f[0]) for f in col.feats["log_eligible"]}
+    assert sizes == {float(np.log(len(every)))}
+    col.save(tmp_path / "lists.pkl")
+    back = Collected.load(tmp_path / "lists.pkl")
+    assert back.modes == col.modes and back.kinds == col.kinds
+    assert all(np.array_equal(a, b) for a, b in zip(back.labels, col.labels))
+
+
+def test_cross_validation_leaves_each_catalog_kind_out():
+    pytest.importorskip("sklearn")
+    from training.calibrate import Collected, cross_validate, format_cv
+
+    rng = np.random.default_rng(3)
+    col = Collected()
+    for kind in ("a", "b", "c"):
+        for _ in range(60):
+            y = np.zeros(20)
+            y[rng.integers(20)] = 1.0
+            col.add({"logit": rng.normal(0, 1.5, 20) + 2.5 * y}, y, "catalog", kind)
+            col.add({"logit": rng.normal(0, 1.5, 20)}, np.zeros(20), "catalog_nofit", kind)
+    rows = cross_validate(col, ("logit",), ("catalog",))
+    assert [r["kind"] for r in rows] == ["a", "b", "c"]
+    assert all(r["lists"] == 60 and r["nofit_lists"] == 60 for r in rows)
+    # same writer everywhere: each held-out kind is calibrated, and its twins are less sure than its answers
+    assert all(r["ece"] < 0.15 and r["nofit_mean_best"] < r["mean_best"] for r in rows)
+    assert format_cv(rows).count("\n") == 2 + 3

@@ -456,6 +456,8 @@ class QdrantToolIndex(ToolIndex):
             lists[kind] = pairs
         b_rank = {r: (i + 1, s) for i, (r, s) in enumerate(lists["bm25"])}
         d_rank = {r: (i + 1, s) for i, (r, s) in enumerate(lists["dense"])}
+        nb_rank = {r: i + 1 for i, (r, _) in enumerate(lists["need_bm25"])}
+        nd_rank = {r: (i + 1, s) for i, (r, s) in enumerate(lists["need_dense"])}
         if stage == "bm25" and not need_q:
             ranked = lists["bm25"]
         elif stage == "dense" and not need_q:
@@ -468,7 +470,8 @@ class QdrantToolIndex(ToolIndex):
         for rank, (row, score) in enumerate(ranked[:k], 1):
             br, bs = b_rank.get(row, (None, None))
             dr, ds = d_rank.get(row, (None, None))
-            hits.append(Hit(tools[row].id, rank, score, br, bs, dr, ds))
+            ndr, nds = nd_rank.get(row, (None, None))
+            hits.append(Hit(tools[row].id, rank, score, br, bs, dr, ds, nb_rank.get(row), ndr, nds))
         return hits
 
     def sparse_query(self, query: str, eligible: Eligibility | None = None, view: "View | None" = None) -> Any | None:
