@@ -3,15 +3,9 @@
     python benchmarks/agent_flow.py --set report [--n 150] [--modes need,late_need,request_only]
     python benchmarks/agent_flow.py --set fit --always-second --out benchmarks/results/agent_flow_fit.json
 
-Catalogs, all day one (no example requests), each request with the needs an agent wrote blind
-(``training/data/needs_blind.jsonl``: ``need`` first, the sharper ``need2`` on the second attempt):
-
-* ``mcpzero-org``: organisations of 10-30 servers drawn from the split's servers (always the
-  labelled one), as eligibility over the shipped catalog's day-one index. No-fit: the same request
-  with every labelled tool's server removed from its organisation, and the written no-fit requests
-  of the split on an organisation that holds their near server.
-* one catalog per public corpus (``retrieval.evaluation.corpora``): its own tools. No-fit: the same
-  request with its labelled tools made ineligible (look-alikes of one domain remain).
+The catalogs and their cases (MCP-Zero organisations and one catalog per public corpus, day one, each
+answerable request with its no-fit twin and the needs an agent wrote blind) are
+``training/flow_cases.py``'s.
 
 ``--set report``: MCP-Zero test and the held-out corpora (never fitted on). ``--set fit``: MCP-Zero
 dev and the training corpora (what training/thresholds.py chooses the decision zones on).

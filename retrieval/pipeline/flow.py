@@ -334,7 +334,9 @@ class Pipeline:
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
         """Hits re-ordered by probability, best first (ties keep retrieval order)."""
         p = self.probabilities(request, need, hits, score_top, eligible)
-        return [(hits[i].tool_id, float(p[i])) for i in best_first(p, score_top)]
+        # as the search orders them: the candidates the cross-encoder read first (a retrieval-only model reads none)
+        read = score_top if self.confidence.uses_logit else None
+        return [(hits[i].tool_id, float(p[i])) for i in best_first(p, read)]
 
     def score(self, request: str, need: str | None, tools: Sequence[Tool]) -> list[float]:
         """The scorer's calibrated probability for arbitrary (request, tool) pairs.

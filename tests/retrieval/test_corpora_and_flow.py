@@ -118,6 +118,12 @@ def test_tail_candidates_keep_their_own_probability_but_never_rank_past_a_scored
     assert np.allclose(probs[2:], 1 / (1 + np.exp(-5.0)))        # its own probability, above the scored ones
     ranked = pipe.rank("weather forecast", None, hits, 2)
     assert {t for t, _ in ranked[:2]} == {h.tool_id for h in hits[:2]}    # yet every scored tool comes first
+    from retrieval.pipeline.confidence import ConfidenceModel
+    retrieval_only = Pipeline(index, None, confidence=ConfidenceModel(("log_fused_rank",), (1.0,), 0.0, (0.0,), (1.0,)),
+                              policy=Policy(score_top=2))
+    p_r = retrieval_only.probabilities("weather forecast", None, hits, 2)
+    order = [t for t, _ in retrieval_only.rank("weather forecast", None, hits, 2)]
+    assert order == [hits[i].tool_id for i in np.argsort(-p_r, kind="stable")]   # nothing read: by probability alone
     result = pipe.search("weather forecast", None)
     read = {h.tool_id for h in index.retrieve("weather forecast", None, k=pipe.policy.candidates)[:2]}
     assert result.tools[0].tool_id in read and result.best_probability == result.tools[0].probability
