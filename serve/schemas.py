@@ -202,7 +202,8 @@ class SearchResponse(BaseModel):
                                            "pick, or ask the user; no_fit: none of the caller's tools fits.",
                                examples=["proceed"])
     attempt: int = Field(ge=1, description="1 for a first search, 2 for the retry.", examples=[1])
-    best_probability: float = Field(ge=0.0, le=1.0, description="Highest decision probability among the tools.",
+    best_probability: float = Field(ge=0.0, le=1.0, description="The decision probability: the first tool's (the best of those the "
+                                                "cross-encoder read; 1.0 when an always-available tool matched).",
                                     examples=[0.91])
     tools: list[ToolResult] = Field(description="Ranked tools, best first.")
     tokens: TokenFigures | None = Field(None, description="Token cost of the answer against the whole catalog.")

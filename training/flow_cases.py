@@ -97,6 +97,8 @@ def corpus_cases(name: str, needs: dict, n: int, rng: random.Random) -> tuple[li
     every = [t.id for t in corpus.catalog.tools]
     for q in qs[:n]:
         base = _with_needs(Case(q.id, q.query, name, Eligibility(), frozenset(q.lenient_targets)), needs, q.id)
+        if base is None:   # its blind need is empty
+            continue
         cases.append(base)
         rest = [t for t in every if t not in q.lenient_targets]
         cases.append(Case(q.id + ":none", q.query, name, Eligibility.of(tools=rest), frozenset(), base.need, base.need2))

@@ -45,14 +45,15 @@ lanes() {   # run the given commands side by side; fail if any fails (its log na
 
 lanes "python -m training.calibrate --model '$out' --limit $limit --score-top $top --threads 1 \
          --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs' --features $ex_features \
-         --save-lists '$logs/lists_ex.pkl'" \
+         --save-lists '$logs/lists_ex.npz'" \
       "python -m training.calibrate --model '$out' --limit $limit --score-top $top --threads 1 --no-examples \
          --modes request,need,abstain,nofit --nofit '$nofit' --needs '$needs' --features $noex_features \
-         --save-lists '$logs/lists_noex.pkl'"
+         --save-lists '$logs/lists_noex.npz'"
 # the retrieval-only models on the same lists
 for kind in ex noex; do
   python -m training.calibrate --retrieval-only --limit "$limit" $([ $kind = noex ] && echo --no-examples) \
-      --modes request,need,abstain,nofit --needs "$needs" --features "$retrieval_features" --load-lists "$logs/lists_$kind.pkl"
+      --modes request,need,abstain,nofit --needs "$needs" --features "$retrieval_features" \
+      --load-lists "$logs/lists_$kind.npz" > "$logs/retrieval_only_$kind.log" 2>&1
 done
 python "$root/benchmarks/agent_flow.py" --set fit --n "${FLOW_N:-100}" --always-second --model "$out" \
     --out "$results/agent_flow_fit.json" > "$logs/agent_flow_fit.log" 2>&1

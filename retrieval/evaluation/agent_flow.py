@@ -82,15 +82,18 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
     if tail and case.answerable:
         hits = pipe.index.retrieve(case.request, n1, case.eligible, k=pipe.policy.candidates)
         p = pipe.probabilities(case.request, n1, hits, pipe.policy.score_top, case.eligible)
-        row["head_p"] = [round(float(x), 6) for x in p[:10]]
-        row["tail_p"] = [round(float(x), 6) for x in p[10:]]
-        row["tail_fit"] = [h.tool_id in case.targets for h in hits[10:]]
+        top = pipe.policy.score_top or 10   # the head: the candidates the cross-encoder reads
+        n_eligible = sum(1 for t in pipe.index.catalog.tools if case.eligible.allows(t.id))
+        row["head_p"] = [round(float(x), 6) for x in p[:top]]
+        row["tail_p"] = [round(float(x), 6) for x in p[top:]]
+        row["tail_fit"] = [h.tool_id in case.targets for h in hits[top:]]
         tail_model = getattr(pipe, "tail_confidence", None)
-        if tail_model is not None:   # the retrieval-only probability, uncapped (what a tail fit reads)
+        if tail_model is not None:   # the retrieval-only probability, uncapped (what a tail fit reads), as served
             names = pipe._matchers(case.eligible)[2]
-            r = tail_model.probabilities(hits, None, names.find(case.request), names.find(case.request, loose=True))
-            row["tail_r"] = [round(float(x), 6) for x in r[10:]]
-        row["n_eligible"] = sum(1 for t in pipe.index.catalog.tools if case.eligible.allows(t.id))
+            r = tail_model.probabilities(hits, None, names.find(case.request), names.find(case.request, loose=True),
+                                         n_eligible)
+            row["tail_r"] = [round(float(x), 6) for x in r[top:]]
+        row["n_eligible"] = n_eligible
         row["fit_rank"] = next((i + 1 for i, h in enumerate(hits) if h.tool_id in case.targets), None)
     return row
 

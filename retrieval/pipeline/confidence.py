@@ -260,6 +260,8 @@ class TailCalibration:
         z = self.a + self.b * np.log(r / (1 - r)) + self.c * np.log(np.asarray(ranks, dtype=np.float64)) \
             + self.d * np.log(max(int(n_eligible), 1))
         if self.e:
+            if head_p is None:
+                raise ValueError("this tail calibration reads the head: pass the scored candidates' probabilities")
             z = z + self.e * head_fits(head_p)
         return sigmoid(z)
 

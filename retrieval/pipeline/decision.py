@@ -8,9 +8,13 @@ probabilities and the shortcuts, what to do and which tools go back.
   tools go back best first: read their definitions and pick, or ask the user) down to the
   ``no_fit_below`` floor, and ``no_fit`` only under it. Between the floor and the threshold the
   tools always go back: a right tool the scorer was unsure of is never thrown away.
-* :func:`choose`: the tools returned: always-available ones first, then by probability down to
-  the floor (at least ``min_results``, at most ``max_results``); exactly named ones always stay.
-* :func:`decide_search`: the three together. :func:`message`: the decision in plain words.
+* :func:`best_first`: the order: the candidates the cross-encoder read (and tools named exactly)
+  before the rest, each group by probability.
+* :func:`choose`: the tools returned: always-available ones first, then in that order, skipping
+  those under the floor once ``min_results`` are in (at most ``max_results``); exactly named ones
+  always stay.
+* :func:`decide_search`: the three together; its best probability is the first tool's in that
+  order. :func:`message`: the decision in plain words.
 """
 
 from __future__ import annotations
@@ -156,7 +160,7 @@ def choose(hits: Sequence[Hit], probs: np.ndarray, source: dict[ToolId, Source],
            exact: Sequence[ToolId], decision: Decision, policy: Policy, max_results: int,
            order: np.ndarray | None = None) -> list[Choice]:
     """The tools to return: always-available ones (1.0), then, unless ``no_fit``, the hits in ``order``
-    (default: by probability, ties keep retrieval order) until ``max_results``, stopping below
+    (default: by probability, ties keep retrieval order) until ``max_results``, skipping those below
     ``policy.floor`` once ``min_results`` are in; a tool named exactly stays even when the list is full."""
     chosen: list[Choice] = [(t, 1.0, "always_available") for t in always]
     if decision == "no_fit":
@@ -170,7 +174,7 @@ def choose(hits: Sequence[Hit], probs: np.ndarray, source: dict[ToolId, Source],
             continue
         p = float(probs[i])
         if p < policy.floor and len(chosen) >= policy.min_results and source.get(tid) != "exact_name":
-            break
+            continue   # not break: past the read candidates a tail one may still stand above the floor
         chosen.append((tid, p, source.get(tid, "ranked")))
     for tid in exact:
         if all(c[0] != tid for c in chosen):

@@ -155,9 +155,10 @@ class Pipeline:
         self.confidence_noex = self._noex_confidence(scorer) if not self._confidence_given and index.with_examples \
             else None
         # Candidates the cross-encoder does not read (past ``policy.score_top``) take the retrieval-only
-        # model's probability (fitted over every candidate of the dev lists), re-calibrated for rank and
-        # catalog size where a tail_calibration.json is shipped, and capped at the lowest scored one so
-        # no unscored tool passes a scored one (benchmarks/agent_flow.py measures ranks 11-100).
+        # model's probability (fitted over every candidate of the dev lists), re-calibrated for rank, catalog
+        # size and the head's expected fits where a tail_calibration.json is shipped (else capped at the
+        # lowest scored one); the order puts every scored tool first (decision.best_first), so no unscored
+        # tool passes a scored one (benchmarks/agent_flow.py measures ranks 11-100).
         self.tail_confidence = None if self._confidence_given or not confidence.uses_logit else \
             ConfidenceModel.load(default_confidence_path(index.with_examples))
         tail_file = Path(getattr(scorer, "path", None) or "") / TAIL_FILE if scorer is not None else None
@@ -332,7 +333,8 @@ class Pipeline:
 
     def rank(self, request: str, need: str | None, hits: Sequence[Hit],
              score_top: int | None = None, eligible: Eligibility | None = None) -> list[tuple[ToolId, float]]:
-        """Hits re-ordered by probability, best first (ties keep retrieval order)."""
+        """Hits in the search's order with their probabilities: the candidates the cross-encoder read first,
+        each group by probability (ties keep retrieval order; :func:`best_first`)."""
         p = self.probabilities(request, need, hits, score_top, eligible)
         # as the search orders them: the candidates the cross-encoder read first (a retrieval-only model reads none)
         read = score_top if self.confidence.uses_logit else None

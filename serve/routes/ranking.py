@@ -119,7 +119,8 @@ def _visible_result(result: SearchResult, tenant: Tenant, snap: Snapshot) -> Sea
     if len(tools) == len(result.tools) and suggestions == result.suggestions and restricted == result.restricted_to:
         return result
     log.warning("search result named servers or tools outside tenant %r's eligibility; removed them", tenant.name)
-    best = result.best_probability if len(tools) == len(result.tools) else max((t.probability for t in tools), default=0.0)
+    # the first tool left decides, as in the pipeline (the order puts the read candidates first)
+    best = result.best_probability if len(tools) == len(result.tools) else next((t.probability for t in tools), 0.0)
     return dataclasses.replace(result, tools=tools, suggestions=suggestions, restricted_to=restricted,
                                best_probability=best, message=_GENERIC_MESSAGES.get(result.decision, ""))
 

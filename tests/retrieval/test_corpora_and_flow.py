@@ -13,6 +13,7 @@ from retrieval.catalog.eligibility import Eligibility
 from retrieval.catalog.model import CatalogError, Catalog, Tool, ToolId
 from retrieval.evaluation.agent_flow import Case, flow_report, replay, run_flow
 from retrieval.index.embedded import ToolIndex
+from retrieval.index.hits import Hit
 from retrieval.pipeline.confidence import ConfidenceModel, TailCalibration
 from retrieval.pipeline.decision import Policy
 from retrieval.pipeline.flow import Pipeline, product_key
@@ -158,3 +159,17 @@ def test_suggestions_skip_the_same_product_under_another_name():
     assert final.decision == "no_fit"
     assert "github-mcp-server" not in final.suggestions and "GitHub" not in final.suggestions
     assert "Gitea" in final.suggestions
+
+
+def test_choose_skips_read_tools_under_the_floor_but_keeps_tail_tools_above_it():
+    from retrieval.pipeline.decision import decide_search
+
+    hits = [Hit(ToolId("S", f"t{i}"), i + 1, 1.0 / (i + 1)) for i in range(12)]
+    head = [0.6, 0.5, 0.3, 0.2, 0.1, 0.01, 0.01, 0.01, 0.01, 0.01]
+    probs = np.array(head + [0.45, 0.40])
+    got = decide_search(hits, probs, always=[], exact=[], mentioned=[], attempt=1, policy=Policy(score_top=10),
+                        max_results=20, n_scored=10)
+    names = [t.tool for t, _, _ in got.chosen]
+    assert names[:5] == ["t0", "t1", "t2", "t3", "t4"]          # the read ones first, by probability
+    assert names[5:] == ["t10", "t11"]                           # then the tail above the floor, not the 0.01s
+    assert got.best == 0.6

@@ -182,10 +182,53 @@ def test_collect_catalogs_marks_kinds_and_gives_twins_their_cases_size(index, tm
     # the twin reads its case's catalog size, not the one tool short that would mark every twin
     sizes = {float(f[0]) for f in col.feats["log_eligible"]}
     assert sizes == {float(np.log(len(every)))}
-    col.save(tmp_path / "lists.pkl")
-    back = Collected.load(tmp_path / "lists.pkl")
-    assert back.modes == col.modes and back.kinds == col.kinds
+    col.save(tmp_path / "lists.npz", {"examples": False})
+    back, meta = Collected.load(tmp_path / "lists.npz")
+    assert back.modes == col.modes and back.kinds == col.kinds and meta == {"examples": False}
     assert all(np.array_equal(a, b) for a, b in zip(back.labels, col.labels))
+    assert all(np.array_equal(a, b) for k in col.feats for a, b in zip(back.feats[k], col.feats[k]))
+    with pytest.raises(ValueError, match="no such file"):
+        Collected.load(tmp_path / "missing.npz")
+    (tmp_path / "bad.npz").write_bytes(b"not an npz")
+    with pytest.raises(ValueError, match="not a lists file"):
+        Collected.load(tmp_path / "bad.npz")
+
+
+def test_a_feature_that_does_not_vary_is_refused():
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(0)
+    feats = {"logit": rng.normal(size=200), "log_eligible": np.full(200, np.log(2797))}
+    y = (feats["logit"] > 0.5).astype(float)
+    with pytest.raises(ValueError, match="log_eligible"):
+        fit_confidence(feats, y, ("logit", "log_eligible"))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--cv"], "add --catalogs fit"),
+    (["--modes", "request,need,catalog"], "lists of --catalogs fit"),
+    (["--load-lists", "x.npz", "--save-lists", "y.npz"], "nothing is scored"),
+    (["--save-lists", "/no/such/folder/l.npz"], "no folder"),
+])
+def test_calibrate_refuses_flag_combinations_with_a_clear_error(argv, message, capsys):
+    from training.calibrate import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--retrieval-only", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_calibrate_refuses_lists_scored_for_another_index(tmp_path, capsys):
+    from training.calibrate import Collected, main
+
+    col = Collected()
+    col.add({"log_fused_rank": np.log(np.arange(1, 6.0))}, np.array([1.0, 0, 0, 0, 0]), "request")
+    col.save(tmp_path / "l.npz", {"examples": True, "score_top": 10, "logits": False})
+    with pytest.raises(SystemExit):
+        main(["--retrieval-only", "--no-examples", "--score-top", "10", "--load-lists", str(tmp_path / "l.npz")])
+    assert "scored with examples=True" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--retrieval-only", "--load-lists", str(tmp_path / "missing.npz")])
+    assert "no such file" in capsys.readouterr().err
 
 
 def test_cross_validation_leaves_each_catalog_kind_out():
