@@ -31,8 +31,11 @@ from benchmarks.common import ROOT, stamp_line  # noqa: E402
 from retrieval.evaluation.abstention import auroc  # noqa: E402
 from retrieval.evaluation.harness import load_queries  # noqa: E402
 from retrieval.index.default import load_or_build_default  # noqa: E402
-from retrieval.pipeline.confidence import FEATURES  # noqa: E402
+from retrieval.pipeline.confidence import EXPERIMENTAL_FEATURES, FEATURES  # noqa: E402
 from training.calibrate import MODES, Collected, collect, fit_confidence  # noqa: E402
+
+# the features of the shipped confidence models (the experimental ones do not vary over one catalog's lists)
+SHIPPED_FEATURES = tuple(f for f in FEATURES if f not in EXPERIMENTAL_FEATURES)
 
 QUESTIONS = ROOT / "training" / "data" / "questions.jsonl"
 
@@ -59,11 +62,11 @@ def cross_validate(col: Collected, servers: list[str], draws: int) -> dict[str, 
             if not train or len(train) == n:
                 raise ValueError(f"the questions cover {len(set(servers))} server(s), too few for two halves "
                                  "that both hold some; use more questions (a larger --limit, or none)")
-            feats = {f: np.concatenate([col.feats[f][g] for g in train]) for f in FEATURES}
-            model = fit_confidence(feats, np.concatenate([col.labels[g] for g in train]), FEATURES)
+            feats = {f: np.concatenate([col.feats[f][g] for g in train]) for f in SHIPPED_FEATURES}
+            model = fit_confidence(feats, np.concatenate([col.labels[g] for g in train]), SHIPPED_FEATURES)
             for g in range(n):
                 if fold[g] == held:
-                    scores[g] = model.first_stage({f: col.feats[f][g] for f in FEATURES})
+                    scores[g] = model.first_stage({f: col.feats[f][g] for f in SHIPPED_FEATURES})
         result: dict[str, float] = {}
         for mode in ("request", "need"):
             lists = [g for g in range(n) if col.modes[g] == mode]

@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.catalog.model import ToolId
-from retrieval.pipeline.confidence import (FEATURES, RETRIEVAL_FEATURES, ConfidenceModel, ListCalibration,
+from retrieval.pipeline.confidence import (EXPERIMENTAL_FEATURES, FEATURES, RETRIEVAL_FEATURES, ConfidenceModel,
+                                           ListCalibration,
                                            candidate_features, combiner_file, default_confidence_path)
 from retrieval.catalog.eligibility import Eligibility
 from retrieval.evaluation.harness import Query, load_queries
@@ -91,6 +92,9 @@ class Collected:
         pickle), with ``meta`` (what the lists were scored with) as JSON."""
         import json
 
+        uneven = [k for k, v in self.feats.items() if len(v) != len(self.labels)]
+        if uneven:
+            raise ValueError(f"features {uneven} are missing from some lists; cannot save them")
         sizes = np.array([len(y) for y in self.labels], dtype=np.int64)
         arrays = {f"feat:{k}": np.concatenate(v) if v else np.zeros(0) for k, v in self.feats.items()}
         with path.open("wb") as f:   # exactly this path (np.savez would add .npz to another name)
@@ -136,8 +140,6 @@ def abstain_eligibility(index: ToolIndex, q: Query) -> Eligibility:
 
 QUESTION_MODES = ("request", "need", "abstain")   # lists built from the labelled questions
 CATALOG_MODES = ("catalog", "catalog_nofit")      # lists on catalogs shaped like users' (training/flow_cases.py)
-# candidate features tried in 0.10.0 and not used by the shipped models: fitted only when --features names them
-EXPERIMENTAL_FEATURES = ("has_need", "log_need_rank", "need_dense_score", "need_dense_gap", "log_eligible")
 MODES = QUESTION_MODES + ("nofit",) + CATALOG_MODES   # + lists of requests written to have no tool
 
 
@@ -438,8 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             p.error(f"--load-lists: {exc}")
         for key, value in meta.items():
-            if key == "logits" and not value:
-                continue   # lists scored with logits serve a retrieval-only fit too
+            if key in ("logits", "score_top") and not meta["logits"]:
+                continue   # lists scored with logits serve a retrieval-only fit too, whatever their head
             if key in saved and saved[key] != value:
                 p.error(f"--load-lists {a.load_lists}: scored with {key}={saved[key]!r}, this fit asks for {value!r}")
     else:

@@ -79,10 +79,10 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
     if second is not None:
         row["best2"] = float(second.best_probability)
         row["right2"] = any(t.tool_id in case.targets for t in second.tools)
-    if tail and case.answerable:
+    if tail and case.answerable and pipe.policy.score_top is not None:   # no head read alone: no tail
         hits = pipe.index.retrieve(case.request, n1, case.eligible, k=pipe.policy.candidates)
         p = pipe.probabilities(case.request, n1, hits, pipe.policy.score_top, case.eligible)
-        top = pipe.policy.score_top or 10   # the head: the candidates the cross-encoder reads
+        top = pipe.policy.score_top   # the head: the candidates the cross-encoder reads
         n_eligible = sum(1 for t in pipe.index.catalog.tools if case.eligible.allows(t.id))
         row["head_p"] = [round(float(x), 6) for x in p[:top]]
         row["tail_p"] = [round(float(x), 6) for x in p[top:]]

@@ -45,7 +45,7 @@ from scorer.calibration import sigmoid
 if TYPE_CHECKING:
     from scorer import Scorer
 
-__all__ = ["FEATURES", "RETRIEVAL_FEATURES", "ConfidenceModel", "ListCalibration", "TailCalibration", "TAIL_FILE",
+__all__ = ["FEATURES", "RETRIEVAL_FEATURES", "EXPERIMENTAL_FEATURES", "ConfidenceModel", "ListCalibration", "TailCalibration", "TAIL_FILE",
            "candidate_features", "combiner_file", "head_fits",
            "default_confidence_path", "first_logits"]
 
@@ -54,6 +54,9 @@ RETRIEVAL_FEATURES = ("log_fused_rank", "log_bm25_rank", "log_dense_rank", "dens
                       "bm25_rel", "bm25_over_5th", "fused_rel", "named_other", "mentions_server",
                       "has_need", "log_need_rank", "need_dense_score", "need_dense_gap", "log_eligible")
 FEATURES = ("logit", "logit_gap") + RETRIEVAL_FEATURES
+# tried in 0.10.0 and in no shipped model (docs/results.md): fitted only when named (``calibrate --features``);
+# ``log_eligible`` does not vary over one catalog's lists
+EXPERIMENTAL_FEATURES = ("has_need", "log_need_rank", "need_dense_score", "need_dense_gap", "log_eligible")
 
 
 def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,

@@ -10,9 +10,9 @@ probabilities and the shortcuts, what to do and which tools go back.
   tools always go back: a right tool the scorer was unsure of is never thrown away.
 * :func:`best_first`: the order: the candidates the cross-encoder read (and tools named exactly)
   before the rest, each group by probability.
-* :func:`choose`: the tools returned: always-available ones first, then in that order, skipping
-  those under the floor once ``min_results`` are in (at most ``max_results``); exactly named ones
-  always stay.
+* :func:`choose`: the tools returned: always-available ones first, then in that order those at
+  or above the floor, padded under it up to ``min_results`` (at most ``max_results``); exactly
+  named ones always stay.
 * :func:`decide_search`: the three together; its best probability is the first tool's in that
   order. :func:`message`: the decision in plain words.
 """
@@ -159,23 +159,25 @@ def decide(best: float, attempt: int, policy: Policy) -> Decision:
 def choose(hits: Sequence[Hit], probs: np.ndarray, source: dict[ToolId, Source], *, always: Sequence[ToolId],
            exact: Sequence[ToolId], decision: Decision, policy: Policy, max_results: int,
            order: np.ndarray | None = None) -> list[Choice]:
-    """The tools to return: always-available ones (1.0), then, unless ``no_fit``, the hits in ``order``
-    (default: by probability, ties keep retrieval order) until ``max_results``, skipping those below
-    ``policy.floor`` once ``min_results`` are in; a tool named exactly stays even when the list is full."""
+    """The tools to return: always-available ones (1.0), then, unless ``no_fit``, the hits at or above
+    ``policy.floor`` (and any named exactly) in ``order`` (default: by probability, ties keep retrieval
+    order) up to ``max_results``, padded with the next ones under the floor up to ``min_results``, all in
+    ``order``; a tool named exactly stays even when the list is full. (With the order by probability this
+    is "stop below the floor once ``min_results`` are in"; with the read candidates first, a tail tool
+    above the floor is not pushed out by read ones under it.)"""
     chosen: list[Choice] = [(t, 1.0, "always_available") for t in always]
     if decision == "no_fit":
         return chosen
     row_of = {h.tool_id: i for i, h in enumerate(hits)}
-    for i in (int(i) for i in (best_first(probs) if order is None else order)):
-        if len(chosen) >= max_results:
-            break
+    ranked = [int(i) for i in (best_first(probs) if order is None else order) if hits[int(i)].tool_id not in always]
+    room = max(0, max_results - len(chosen))
+    fits = [i for i in ranked if probs[i] >= policy.floor or source.get(hits[i].tool_id) == "exact_name"][:room]
+    taken = set(fits)
+    pad = [i for i in ranked if i not in taken][:max(0, min(policy.min_results, max_results) - len(chosen) - len(fits))]
+    taken.update(pad)
+    for i in (i for i in ranked if i in taken):
         tid = hits[i].tool_id
-        if tid in always:
-            continue
-        p = float(probs[i])
-        if p < policy.floor and len(chosen) >= policy.min_results and source.get(tid) != "exact_name":
-            continue   # not break: past the read candidates a tail one may still stand above the floor
-        chosen.append((tid, p, source.get(tid, "ranked")))
+        chosen.append((tid, float(probs[i]), source.get(tid, "ranked")))
     for tid in exact:
         if all(c[0] != tid for c in chosen):
             chosen.append((tid, float(probs[row_of[tid]]), "exact_name"))

@@ -161,7 +161,7 @@ def test_suggestions_skip_the_same_product_under_another_name():
     assert "Gitea" in final.suggestions
 
 
-def test_choose_skips_read_tools_under_the_floor_but_keeps_tail_tools_above_it():
+def test_choose_keeps_tail_tools_above_the_floor_before_read_ones_under_it():
     from retrieval.pipeline.decision import decide_search
 
     hits = [Hit(ToolId("S", f"t{i}"), i + 1, 1.0 / (i + 1)) for i in range(12)]
@@ -173,3 +173,18 @@ def test_choose_skips_read_tools_under_the_floor_but_keeps_tail_tools_above_it()
     assert names[:5] == ["t0", "t1", "t2", "t3", "t4"]          # the read ones first, by probability
     assert names[5:] == ["t10", "t11"]                           # then the tail above the floor, not the 0.01s
     assert got.best == 0.6
+
+
+def test_choose_pads_under_the_floor_only_up_to_min_results():
+    from retrieval.pipeline.decision import decide_search
+
+    hits = [Hit(ToolId("S", f"t{i}"), i + 1, 1.0 / (i + 1)) for i in range(11)]
+    probs = np.array([0.6] + [0.02] * 9 + [0.45])
+    got = decide_search(hits, probs, always=[], exact=[], mentioned=[], attempt=1, policy=Policy(score_top=10),
+                        max_results=10, n_scored=10)
+    names = [t.tool for t, _, _ in got.chosen]
+    # the two above the floor, then read ones under it only to reach min_results (5), all in the order
+    assert names == ["t0", "t1", "t2", "t3", "t10"] and got.best == 0.6
+    sorted_probs = decide_search(hits, np.sort(probs)[::-1], always=[], exact=[], mentioned=[], attempt=1,
+                                 policy=Policy(score_top=10), max_results=10)
+    assert len(sorted_probs.chosen) == 5    # by probability alone: "stop under the floor once five are in"

@@ -217,7 +217,7 @@ def test_calibrate_refuses_flag_combinations_with_a_clear_error(argv, message, c
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_calibrate_refuses_lists_scored_for_another_index(tmp_path, capsys):
+def test_calibrate_refuses_lists_scored_for_another_index(tmp_path, capsys, monkeypatch):
     from training.calibrate import Collected, main
 
     col = Collected()
@@ -229,6 +229,15 @@ def test_calibrate_refuses_lists_scored_for_another_index(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--retrieval-only", "--load-lists", str(tmp_path / "missing.npz")])
     assert "no such file" in capsys.readouterr().err
+    # a retrieval-only fit reads no logits: lists scored with another head serve it (written to tmp_path here)
+    import training.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate, "default_confidence_path", lambda with_examples=True: tmp_path / "fitted.json")
+    col.add({"log_fused_rank": np.log(np.arange(1, 6.0))}, np.array([0.0, 1, 0, 0, 0]), "request")
+    col.save(tmp_path / "head20.npz", {"examples": False, "score_top": 20, "logits": True})
+    assert main(["--retrieval-only", "--no-examples", "--modes", "request", "--calibrate-on", "none",
+                 "--features", "log_fused_rank", "--load-lists", str(tmp_path / "head20.npz")]) == 0
+    assert (tmp_path / "fitted.json").is_file() and "scored with" not in capsys.readouterr().err
 
 
 def test_cross_validation_leaves_each_catalog_kind_out():
