@@ -428,7 +428,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.model:
         from scorer import Scorer
         scorer = Scorer.load(a.model, threads=a.threads)
-    queries = load_queries(a.queries, split=a.split)[: a.limit or None]
     needs = None
     if a.needs:
         from .needs import read_needs
@@ -445,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             if key in saved and saved[key] != value:
                 p.error(f"--load-lists {a.load_lists}: scored with {key}={saved[key]!r}, this fit asks for {value!r}")
     else:
+        queries = load_queries(a.queries, split=a.split)[: a.limit or None]
         index = load_or_build_default(with_examples=not a.no_examples, show_progress=True)
         col = collect(index, queries, scorer, modes=tuple(m for m in modes if m in QUESTION_MODES),
                       score_top=a.score_top, needs=needs)

@@ -3,8 +3,8 @@
     python benchmarks/agent_flow.py --set fit --always-second        # rows with every candidate's evidence
     python -m training.tail benchmarks/results/agent_flow_fit.json --out models/toolrank-reranker/tail_calibration.json
 
-A logistic regression (scikit-learn) over the fit catalogs' first-attempt candidates at ranks
-11-100: the retrieval-only model's probability (as a logit), the log of the rank, the log of the
+A logistic regression (scikit-learn) over the fit catalogs' first-attempt candidates past the head
+the cross-encoder read (ranks 11-100 at the default ``score_top`` of 10): the retrieval-only model's probability (as a logit), the log of the rank, the log of the
 number of eligible tools and the log of the expected number of fitting tools among the scored ones. Rows come from MCP-Zero dev organisations and the training corpora only;
 the README's figures come from other catalogs (``--set report``).
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 
 def tail_matrix(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """One row per candidate at ranks 11-100 of the answerable requests: [logit(r), log rank, log eligible,
+    """One row per candidate past the scored head of the answerable requests: [logit(r), log rank, log eligible,
     log expected fits in the head] (the last from ``head_p``, rows of 0.10.0's benchmark on)."""
     from retrieval.pipeline.confidence import head_fits
 
@@ -61,8 +61,8 @@ def fit_tail(rows: list[dict], source: str = ""):
             raise ValueError(f"the tail's probability would not fall with the rank (weight {c:.3g} on log rank); "
                              "fit on more rows")
         note = "; the retrieval probability's weight came out negative, so it is left out"
-    return TailCalibration(float(m.intercept_[0]), b, c, d, fitted_on=f"{source}: {len(y)} candidates at ranks "
-                                                                      f"11-100, {int(y.sum())} fit{note}", e=e), x, y
+    return TailCalibration(float(m.intercept_[0]), b, c, d, fitted_on=f"{source}: {len(y)} candidates past the "
+                                                                      f"scored head, {int(y.sum())} fit{note}", e=e), x, y
 
 
 def main(argv: list[str] | None = None) -> int:

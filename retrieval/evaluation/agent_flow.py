@@ -12,7 +12,8 @@ ways of calling, the ``mode``:
 Answerable requests (a labelled tool is eligible) and no-fit requests (none is) are run alike.
 :func:`flow_report` gives the shares that matter to an agent: the right tool in the final answer,
 answers that end empty, right first answers that end empty, no-fit requests that proceed; the ECE
-of the best probability; and, over every candidate at ranks 11-100 of the first attempt, the mean
+of the best probability; and, over every candidate past the scored head of the first attempt (ranks
+11-100 at the default ``score_top``), the mean
 predicted probability against the observed share that fit.
 """
 
@@ -59,7 +60,7 @@ def _needs(case: Case, mode: Mode) -> tuple[str | None, str | None]:
 
 
 def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_second: bool = False) -> dict:
-    """One request through the flow; ``tail``: also every first-attempt candidate's probability (ranks 11-100);
+    """One request through the flow; ``tail``: also every first-attempt candidate's probability (past the scored head);
     ``always_second``: run the second attempt even after a first ``proceed`` and record its best probability
     and whether it holds the right tool (``best2``, ``right2``: for choosing thresholds offline)."""
     n1, n2 = _needs(case, mode)
@@ -130,7 +131,7 @@ def _share(xs: Sequence[bool]) -> float:
 
 
 def flow_report(rows: Sequence[dict]) -> dict[str, dict[str, dict]]:
-    """Per catalog kind and mode: the agent-flow shares, ECE and the ranks 11-100 calibration."""
+    """Per catalog kind and mode: the agent-flow shares, ECE and the calibration past the scored head."""
     out: dict[str, dict[str, dict]] = {}
     for kind in sorted({r["catalog"] for r in rows}):
         for mode in MODES:
@@ -179,7 +180,7 @@ def flow_report(rows: Sequence[dict]) -> dict[str, dict[str, dict]]:
 def format_flow(rep: dict[str, dict[str, dict]]) -> str:
     """A Markdown table, one row per catalog kind and mode."""
     head = ("| catalog | mode | answerable / no-fit | rank 1 | proceed (right) | right tool in final | ends empty | "
-            "right first, ends empty | no-fit: proceed / no_fit | ECE best | ranks 11-100 pred/obs |")
+            "right first, ends empty | no-fit: proceed / no_fit | ECE best | past the head (11-100) pred/obs |")
     lines = [head, "|" + "---|" * 11]
     for kind, modes in rep.items():
         for mode, r in modes.items():

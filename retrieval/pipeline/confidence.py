@@ -57,13 +57,18 @@ FEATURES = ("logit", "logit_gap") + RETRIEVAL_FEATURES
 # tried in 0.10.0 and in no shipped model (docs/results.md): fitted only when named (``calibrate --features``);
 # ``log_eligible`` does not vary over one catalog's lists
 EXPERIMENTAL_FEATURES = ("has_need", "log_need_rank", "need_dense_score", "need_dense_gap", "log_eligible")
+_NEED_VIEW = frozenset(("has_need", "log_need_rank", "need_dense_score", "need_dense_gap"))
 
 
 def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,
                        named_servers: Collection[str] = (),
                        mentioned_servers: Collection[str] = (),
-                       n_eligible: int | None = None) -> dict[str, np.ndarray]:
+                       n_eligible: int | None = None,
+                       only: Collection[str] | None = None) -> dict[str, np.ndarray]:
     """Per-candidate features of one ranked list (all relative ones are within this list).
+
+    ``only``: the features a model reads (default: all); the need's view and ``log_eligible`` are
+    computed only when named, so a search pays for what its models read.
 
     ``named_servers``: the servers the request names explicitly (empty when it names none).
     ``mentioned_servers``: the servers whose name appears anywhere in it, however casually
@@ -99,6 +104,21 @@ def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,
     f["named_other"] = np.array([float(bool(named) and h.tool_id.server not in named) for h in hits])
     mentioned = set(mentioned_servers)
     f["mentions_server"] = np.array([float(h.tool_id.server in mentioned) for h in hits])
+    wanted = FEATURES if only is None else frozenset(only)
+    if not _NEED_VIEW.isdisjoint(wanted):
+        _need_view(f, hits, dense, floor)
+    if "log_eligible" in wanted:
+        f["log_eligible"] = np.full(n, np.log(max(int(n_eligible if n_eligible is not None else n), 1)))
+    if logits is not None:
+        z = np.asarray(logits, dtype=np.float64)
+        f["logit"] = z
+        f["logit_gap"] = z - (z.max() if n else 0.0)
+    return f
+
+
+def _need_view(f: dict[str, np.ndarray], hits: Sequence[Hit], dense: np.ndarray, floor: float) -> None:
+    """The need's own lists as features (into ``f``); without a need they repeat the request's view."""
+    n = len(hits)
     has_need = any(h.need_bm25_rank is not None or h.need_dense_rank is not None for h in hits)
     f["has_need"] = np.full(n, float(has_need))
     if has_need:
@@ -113,12 +133,6 @@ def candidate_features(hits: Sequence[Hit], logits: np.ndarray | None = None,
     f["log_need_rank"] = np.log(np.array(need_rank, dtype=np.float64))
     f["need_dense_score"] = need_dense
     f["need_dense_gap"] = need_dense - (need_dense.max() if n else 0.0)
-    f["log_eligible"] = np.full(n, np.log(max(int(n_eligible if n_eligible is not None else n), 1)))
-    if logits is not None:
-        z = np.asarray(logits, dtype=np.float64)
-        f["logit"] = z
-        f["logit_gap"] = z - (z.max() if n else 0.0)
-    return f
 
 
 @dataclass(frozen=True)
@@ -178,6 +192,11 @@ class ConfidenceModel:
     def uses_logit(self) -> bool:
         return "logit" in self.features or "logit_gap" in self.features
 
+    @property
+    def uses_eligible(self) -> bool:
+        """Whether it reads the catalog's size (so a search must count the eligible tools)."""
+        return "log_eligible" in self.features
+
     def matrix(self, feats: dict[str, np.ndarray]) -> np.ndarray:
         missing = [name for name in self.features if name not in feats]
         if missing:
@@ -201,7 +220,7 @@ class ConfidenceModel:
         if not len(hits):
             return np.zeros(0)
         return self.probabilities_from_features(candidate_features(hits, logits, named_servers, mentioned_servers,
-                                                                   n_eligible))
+                                                                   n_eligible, only=self.features))
 
     def probabilities_from_features(self, feats: dict[str, np.ndarray]) -> np.ndarray:
         z = self.decision_values(feats)

@@ -289,14 +289,19 @@ class Pipeline:
         that puts every scored tool first is :func:`best_first`'s."""
         if not hits:
             return np.zeros(0)
-        n_eligible = self._eligible_count(catalog, eligible)
-        p = self.confidence.probabilities(hits, logits, named, mentioned, n_eligible)
         noex = self.confidence_noex
+        tail_applies = (self.tail_confidence is not None and logits is not None and score_top is not None
+                        and score_top < len(hits))
+        # the eligible count is looked up only where a model reads the catalog's size
+        needs_count = (self.confidence.uses_eligible or (noex is not None and noex.uses_eligible)
+                       or (tail_applies and (self.tail_calibration is not None or self.tail_confidence.uses_eligible)))
+        n_eligible = self._eligible_count(catalog, eligible) if needs_count else None
+        p = self.confidence.probabilities(hits, logits, named, mentioned, n_eligible)
         if noex is not None and (logits is not None or not noex.uses_logit):
             bare = np.array([not catalog[h.tool_id].examples and not (learned and h.tool_id in learned) for h in hits])
             if bare.any():
                 p = np.where(bare, noex.probabilities(hits, logits, named, mentioned, n_eligible), p)
-        if self.tail_confidence is not None and logits is not None and score_top is not None and score_top < len(hits):
+        if tail_applies:
             tail = self.tail_confidence.probabilities(hits, None, named, mentioned, n_eligible)[score_top:]
             p = p.copy()
             # Each keeps its own calibrated probability; the order puts every scored tool first
@@ -306,7 +311,7 @@ class Pipeline:
             # fit rate on multi-tool catalogs (0.9.0's agent-flow report).
             if self.tail_calibration is not None:
                 ranks = np.array([h.rank for h in hits[score_top:]])
-                p[score_top:] = self.tail_calibration.probabilities(tail, ranks, n_eligible, p[:score_top])
+                p[score_top:] = self.tail_calibration.probabilities(tail, ranks, n_eligible or len(hits), p[:score_top])
             else:   # no tail calibration shipped: the retrieval-only probability, under every scored one
                 p[score_top:] = np.minimum(tail, p[:score_top].min())
         return p

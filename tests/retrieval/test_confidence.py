@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from retrieval.catalog.model import ToolId
-from retrieval.pipeline.confidence import (FEATURES, MISSING_RANK, RETRIEVAL_FEATURES, ConfidenceModel,
+from retrieval.pipeline.confidence import (EXPERIMENTAL_FEATURES, FEATURES, MISSING_RANK, RETRIEVAL_FEATURES,
+                                           ConfidenceModel,
                                            candidate_features, default_confidence_path)
 from retrieval.index.hits import Hit
 
@@ -195,6 +196,22 @@ def test_need_features_read_the_need_lists_and_repeat_the_request_without_one():
     np.testing.assert_allclose(g["log_need_rank"], np.log([1, 1, 2]))        # the request's better rank
     np.testing.assert_allclose(g["need_dense_score"], g["dense_score"])
     np.testing.assert_allclose(g["log_eligible"], np.log(3))                   # default: the list's length
+
+
+def test_candidate_features_compute_only_what_a_model_reads():
+    h = [Hit(ToolId("A", "a"), 1, 0.5, 1, 8.0, 2, 0.8, 3, 1, 0.7), Hit(ToolId("B", "c"), 2, 0.1, 2, 2.0, None, None)]
+    shipped = tuple(f for f in FEATURES if f not in EXPERIMENTAL_FEATURES)
+    f = candidate_features(h, np.array([1.0, 0.0]), only=shipped)
+    assert set(f) == set(shipped)
+    g = candidate_features(h, np.array([1.0, 0.0]), n_eligible=9, only=("logit", "need_dense_gap"))
+    assert {"has_need", "need_dense_gap"} <= set(g) and "log_eligible" not in g
+    full = candidate_features(h, np.array([1.0, 0.0]), n_eligible=9)
+    for name in f:   # the same values whichever subset is asked for
+        np.testing.assert_allclose(f[name], full[name])
+    # a model reads its own features only, with the same probabilities as from all of them
+    model = ConfidenceModel(shipped, tuple(0.1 for _ in shipped), 0.0, tuple(0.0 for _ in shipped),
+                            tuple(1.0 for _ in shipped))
+    np.testing.assert_allclose(model.probabilities(h, np.array([1.0, 0.0])), model.probabilities_from_features(full))
 
 
 def test_candidate_features_all_zero_scores():
