@@ -12,6 +12,11 @@ Speed: whole ``Pipeline.search`` (retrieval, scoring of the first K, confidence,
 for ``--timing`` other dev questions, p50 / p90 milliseconds, on ``--threads`` threads with the
 scorer's cache off. Same machine, same run, so the rows compare.
 
+``--needs`` (the agents' blind needs, ``training/data/needs_blind.jsonl``) adds a quality row set where the
+hybrid and the cross-encoder read each dev question's blind need beside the request, over both indexes
+(the questions without a blind need are left out there): how many candidates to score when the agent
+writes its need.
+
 The model folder's ``config.json`` gives the trained max length; shorter ones are served by a
 copy of the folder whose config says so (the tool side is cut first, the request keeps its budget).
 """
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", default="",
                    help="comma-separated Scorer workers to time (pairs side by side); default: the Scorer's default")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--needs", type=Path, help="blind needs (JSONL by question id): also rank with the need")
     p.add_argument("--json", type=Path, help="also write the rows here")
     a = p.parse_args(argv)
     ks = [int(k) for k in a.k.split(",")]
@@ -82,19 +88,33 @@ def main(argv: list[str] | None = None) -> int:
     quality_q, timing_q = questions[: a.n], questions[a.n: a.n + a.timing]
     indexes = {"with examples": load_or_build_default(with_examples=True),
                "day one (no examples)": load_or_build_default(with_examples=False)}
+    needs: dict[str, str] = {}
+    if a.needs:
+        from training.needs import read_needs
+
+        try:
+            needs = {rid: r["need"] for rid, r in read_needs(a.needs).items()}
+        except (OSError, ValueError) as exc:
+            p.error(f"--needs: {exc}")
+    conditions = [(label, index, False) for label, index in indexes.items()]
+    if needs:
+        conditions += [(f"{label}, blind need", index, True) for label, index in indexes.items()]
     rows, out, timings = [], [], []
     worker_counts = [int(w) for w in a.workers.split(",")] if a.workers else [None]
     with tempfile.TemporaryDirectory() as tmp:
         for length in lengths:
             folder = model_at_length(a.model, length, Path(tmp))
             scorer = Scorer.load(folder, threads=a.threads)
-            for label, index in indexes.items():
+            for label, index, with_need in conditions:
                 ranks = {k: [] for k in ks}
                 hybrid = []
                 for q in quality_q:
-                    hits = index.retrieve(q.query, None, None, k=100)
+                    need = needs.get(q.id) if with_need else None
+                    if with_need and need is None:
+                        continue
+                    hits = index.retrieve(q.query, need, None, k=100)
                     ids = [h.tool_id for h in hits]
-                    z = scorer.logits(q.query, None, [index.catalog[t] for t in ids[: max(ks)]])
+                    z = scorer.logits(q.query, need, [index.catalog[t] for t in ids[: max(ks)]])
                     gold = q.lenient_targets
                     hybrid.append(next((i + 1 for i, t in enumerate(ids) if t in gold), None))
                     for k in ks:
@@ -103,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 for k in ks:
                     r1 = 100 * np.mean([r == 1 for r in ranks[k]])
                     r5 = 100 * np.mean([r is not None and r <= 5 for r in ranks[k]])
-                    out.append({"max_length": length, "index": label, "k": k, "top1": r1, "top5": r5})
+                    out.append({"max_length": length, "index": label, "k": k, "top1": r1, "top5": r5,
+                                "n": len(ranks[k])})
                 out.append({"max_length": length, "index": label, "k": 0,
                             "top1": 100 * np.mean([r == 1 for r in hybrid]),
                             "top5": 100 * np.mean([r is not None and r <= 5 for r in hybrid])})
@@ -134,10 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             retrieval_only.search(q.query)
             ms.append(1000 * (time.perf_counter() - t0))
         base_ms = median(ms)
-    for label in indexes:
+    for label, _, _ in conditions:
         rows = [[r["max_length"], r["k"] or "hybrid only", r["top1"], r["top5"], r.get("p50_ms", base_ms),
                  r.get("p90_ms", float("nan"))] for r in out if r["index"] == label]
-        print(f"\n{label}: {len(quality_q)} dev questions (logit re-ranks the first K of the hybrid's 100); "
+        n_label = next((r["n"] for r in out if r["index"] == label and "n" in r), len(quality_q))
+        print(f"\n{label}: {n_label} dev questions (logit re-ranks the first K of the hybrid's 100); "
               f"whole search on {a.threads} threads over {len(timing_q)} other dev questions\n")
         print(markdown_table(["max length", "K scored", "rank 1 %", "top 5 %", "search p50 ms", "p90 ms"], rows,
                              digits=1))
