@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
             collect_catalogs(catalog_cases(a.catalogs, index, scorer, a.catalog_n, a.seed), out=col,
                              score_top=a.score_top)
         if a.save_lists:
-            col.save(a.save_lists, meta)
+            col.save(a.save_lists, {**meta, "source": f"{a.split} questions ({len(queries)})"})
     if a.catalogs:
         modes = tuple(dict.fromkeys(modes + CATALOG_MODES))
         cal_modes = tuple(dict.fromkeys(cal_modes + ("catalog",))) if cal_modes else cal_modes
@@ -482,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_cv(cross_validate(col, features, cal_modes)))
         return 0
     kind = "without" if a.no_examples else "with"
-    source = f"lists of {a.load_lists.name}" if a.load_lists else f"{a.split} questions ({len(queries)})"
+    source = (saved.get("source") or f"lists of {a.load_lists.name}") if a.load_lists \
+        else f"{a.split} questions ({len(queries)})"
     fitted_on = (f"{source}, modes {sorted(set(col.modes))}, index {kind} example requests"
                  + (", blind needs" if needs else "")
                  + (f", catalogs shaped like users' ({a.catalogs} set: "

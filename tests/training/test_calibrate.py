@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -234,10 +236,13 @@ def test_calibrate_refuses_lists_scored_for_another_index(tmp_path, capsys, monk
 
     monkeypatch.setattr(calibrate, "default_confidence_path", lambda with_examples=True: tmp_path / "fitted.json")
     col.add({"log_fused_rank": np.log(np.arange(1, 6.0))}, np.array([0.0, 1, 0, 0, 0]), "request")
-    col.save(tmp_path / "head20.npz", {"examples": False, "score_top": 20, "logits": True})
+    col.save(tmp_path / "head20.npz", {"examples": False, "score_top": 20, "logits": True,
+                                       "source": "dev questions (2)"})
     assert main(["--retrieval-only", "--no-examples", "--modes", "request", "--calibrate-on", "none",
                  "--features", "log_fused_rank", "--load-lists", str(tmp_path / "head20.npz")]) == 0
     assert (tmp_path / "fitted.json").is_file() and "scored with" not in capsys.readouterr().err
+    # the record names the questions the lists were scored from, not the lists file
+    assert json.loads((tmp_path / "fitted.json").read_text())["fitted_on"].startswith("dev questions (2), modes")
 
 
 def test_cross_validation_leaves_each_catalog_kind_out():
