@@ -13,6 +13,9 @@ the best probability, 10 bins) and to its no-fit requests (share at or above the
 pull ``lam`` is chosen on the fit catalogs' rows (``--fit``) and the table is measured on the report
 catalogs' rows (``--report``), never chosen there. Medians over ``--repeats`` draws.
 
+"gated": the recalibration is applied only where it beats the identity on the tenant's own feedback, by
+five-fold cross-validated log loss (a tenant whose probabilities are already near its rates keeps them).
+
 What it leaves out, said plainly: real feedback is biased (searches where the agent called nothing, as on a
 no-fit request, give no observation), and an agent does not always call the right tool.
 """
@@ -66,6 +69,26 @@ def apply(p: np.ndarray, ab: tuple[float, float]) -> np.ndarray:
     return expit(ab[0] * _logit(p) + ab[1])
 
 
+def _log_loss(q: np.ndarray, y: np.ndarray) -> float:
+    q = np.clip(q, 1e-6, 1 - 1e-6)
+    return float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))
+
+
+def beats_identity(p: np.ndarray, y: np.ndarray, lam: float, folds: int = 5, seed: int = 0) -> bool:
+    """Whether the recalibration's cross-validated log loss on these observations is below the identity's."""
+    order = np.random.default_rng(seed).permutation(len(p))
+    fitted, same = [], []
+    for f in range(folds):
+        test = order[f::folds]
+        train = np.setdiff1d(order, test)
+        if not len(test) or not len(train):
+            continue
+        ab = fit_recalibration(p[train], y[train], lam)
+        fitted.append(_log_loss(apply(p[test], ab), y[test]) * len(test))
+        same.append(_log_loss(p[test], y[test]) * len(test))
+    return sum(fitted) < sum(same)
+
+
 def simulate(rows: list[dict], k: int, lam: float, repeats: int, threshold: float, mode: str,
              seed: int = 0) -> dict[str, dict]:
     """Per catalog kind: median ECE before/after and the no-fit share at the threshold before/after."""
@@ -79,18 +102,24 @@ def simulate(rows: list[dict], k: int, lam: float, repeats: int, threshold: floa
         p = np.array([r["best1"] for r in ans])
         y = np.array([r["right1"] for r in ans], dtype=np.float64)
         pn = np.array([r["best1"] for r in rs if not r["answerable"]])
-        before, after, nf_after = [], [], []
+        before, after, nf_after, gated, nf_gated, applied = [], [], [], [], [], []
         for _ in range(repeats):
             perm = rng.permutation(len(ans))
             seen, rest = perm[:k], perm[k:]
             ab = fit_recalibration(p[seen], y[seen], lam)
+            use = beats_identity(p[seen], y[seen], lam)
+            applied.append(use)
             before.append(ece(p[rest], y[rest]))
             after.append(ece(apply(p[rest], ab), y[rest]))
+            gated.append(after[-1] if use else before[-1])
             if len(pn):
                 nf_after.append(float(np.mean(apply(pn, ab) >= threshold)))
+                nf_gated.append(nf_after[-1] if use else float(np.mean(pn >= threshold)))
         out[kind] = {"n": len(ans), "ece_before": float(np.median(before)), "ece_after": float(np.median(after)),
                      "nofit_proceed_before": float(np.mean(pn >= threshold)) if len(pn) else float("nan"),
-                     "nofit_proceed_after": float(np.median(nf_after)) if nf_after else float("nan")}
+                     "nofit_proceed_after": float(np.median(nf_after)) if nf_after else float("nan"),
+                     "ece_gated": float(np.median(gated)), "applied": float(np.mean(applied)),
+                     "nofit_proceed_gated": float(np.median(nf_gated)) if nf_gated else float("nan")}
     return out
 
 
@@ -131,9 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{k} feedback observations per tenant (pull {lam} chosen on the fit catalogs; "
               f"fit mean ECE after by pull: {', '.join(f'{x}: {s:.3f}' for x, s in scores.items())})")
         print(markdown_table(["held-out catalog", "answerable", "ECE best before", "after (median)",
-                              f"no-fit >= {threshold} before", "after"],
-                             [[kind, v["n"], f"{v['ece_before']:.3f}", f"{v['ece_after']:.3f}",
-                               f"{v['nofit_proceed_before']:.2f}", f"{v['nofit_proceed_after']:.2f}"]
+                              "gated: applied", "gated ECE", f"no-fit >= {threshold} before", "after", "gated"],
+                             [[kind, v["n"], f"{v['ece_before']:.3f}", f"{v['ece_after']:.3f}", f"{v['applied']:.0%}",
+                               f"{v['ece_gated']:.3f}", f"{v['nofit_proceed_before']:.2f}",
+                               f"{v['nofit_proceed_after']:.2f}", f"{v['nofit_proceed_gated']:.2f}"]
                               for kind, v in rep.items()]))
     print(stamp_line())
     if a.json:
