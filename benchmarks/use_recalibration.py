@@ -7,8 +7,8 @@ first tool was right).
 
 For each catalog kind (one tenant each) and the flow's mode (default ``need``), ``k`` answerable requests
 drawn at random play the tenant's feedback (the tool the agent called is the right one, so the first tool's
-label is known); a two-parameter recalibration ``sigmoid(a * logit(p) + b)`` is fitted on them with a pull
-towards the identity (``lam * ((a - 1)^2 + b^2)``) and applied to the kind's other answerable requests (ECE of
+label is known); the service's recalibration (``retrieval/pipeline/recalibration.py``,
+``sigmoid(a * logit(p) + b)``) is fitted on them with a pull towards the identity (``lam * ((a - 1)^2 + b^2)``) and applied to the kind's other answerable requests (ECE of
 the best probability, 10 bins) and to its no-fit requests (share at or above the proceed threshold). The
 pull ``lam`` is chosen on the fit catalogs' rows (``--fit``) and the table is measured on the report
 catalogs' rows (``--report``), never chosen there. Medians over ``--repeats`` draws.
@@ -32,61 +32,16 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ROOT, markdown_table, stamp_line  # noqa: E402
+from benchmarks.common import ROOT, markdown_table, stamp_line, write_result  # noqa: E402
 from retrieval.evaluation.stats import ece  # noqa: E402
+from retrieval.pipeline.recalibration import UseRecalibration, beats_identity, fit_recalibration  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 LAMBDAS = (0.0, 0.5, 2.0, 8.0, 32.0)
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
-
-
-def fit_recalibration(p: np.ndarray, y: np.ndarray, lam: float) -> tuple[float, float]:
-    """``(a, b)`` minimising the log loss of ``sigmoid(a * logit(p) + b)`` plus ``lam * ((a-1)^2 + b^2)``."""
-    from scipy.optimize import minimize
-    from scipy.special import expit
-
-    x, y = _logit(p), np.asarray(y, dtype=np.float64)
-
-    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        z = w[0] * x + w[1]
-        q = expit(z)
-        ll = np.sum(np.logaddexp(0, z) - y * z)
-        g = q - y
-        return (float(ll + lam * ((w[0] - 1) ** 2 + w[1] ** 2)),
-                np.array([np.sum(g * x) + 2 * lam * (w[0] - 1), np.sum(g) + 2 * lam * w[1]]))
-
-    w = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B").x
-    return float(w[0]), float(w[1])
-
-
 def apply(p: np.ndarray, ab: tuple[float, float]) -> np.ndarray:
-    from scipy.special import expit
-
-    return expit(ab[0] * _logit(p) + ab[1])
-
-
-def _log_loss(q: np.ndarray, y: np.ndarray) -> float:
-    q = np.clip(q, 1e-6, 1 - 1e-6)
-    return float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)))
-
-
-def beats_identity(p: np.ndarray, y: np.ndarray, lam: float, folds: int = 5, seed: int = 0) -> bool:
-    """Whether the recalibration's cross-validated log loss on these observations is below the identity's."""
-    order = np.random.default_rng(seed).permutation(len(p))
-    fitted, same = [], []
-    for f in range(folds):
-        test = order[f::folds]
-        train = np.setdiff1d(order, test)
-        if not len(test) or not len(train):
-            continue
-        ab = fit_recalibration(p[train], y[train], lam)
-        fitted.append(_log_loss(apply(p[test], ab), y[test]) * len(test))
-        same.append(_log_loss(p[test], y[test]) * len(test))
-    return sum(fitted) < sum(same)
+    return UseRecalibration(*ab).apply(p)
 
 
 def simulate(rows: list[dict], k: int, lam: float, repeats: int, threshold: float, mode: str,
@@ -167,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                               for kind, v in rep.items()]))
     print(stamp_line())
     if a.json:
-        a.json.write_text(json.dumps(result, indent=1))
+        write_result(a.json, result)
     return 0
 
 

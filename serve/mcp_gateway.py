@@ -515,11 +515,13 @@ class Gateway:
                 if self.pipeline is None:
                     return None
                 learned = self.usage.learned() if self.usage is not None else None
+                recalibration = self.usage.recalibration() if self.usage is not None else None
                 result = self.pipeline.search(request, need, eligible=self.eligible, previous=previous,
                                               explain=True, fmt="mcp", policy=self.policy,
-                                              **({"learned": learned} if learned else {}))
+                                              **({"learned": learned} if learned else {}),
+                                              **({"recalibration": recalibration} if recalibration else {}))
             if self.usage is not None:
-                self.usage.offered(request, need, result)
+                self.usage.offered(request, need, result, recalibration)
             return result
         return await anyio.to_thread.run_sync(search)
 

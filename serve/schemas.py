@@ -214,6 +214,9 @@ class SearchResponse(BaseModel):
                                      description="Servers the request named explicitly, if any.")
     index_version: int = Field(description=_VERSION_TEXT, examples=[3])
     model: ModelInfo = Field(description="The scorer model that produced the probabilities.")
+    recalibrated_from: int | None = Field(
+        None, description="When the service recalibrates from use (TOOLRANK_USE_RECALIBRATION) and this tenant's "
+                          "probabilities were recalibrated: how many of its feedback observations that was fitted on.")
     request_id: str | None = Field(None, description="Quote it in POST /v1/feedback to say which tool was called "
                                                      "for this request (the X-Request-ID header's value).")
 

@@ -106,6 +106,13 @@ class Settings(BackendSettings):
     offers_per_tenant: int = Field(
         2000, ge=10, le=1_000_000, description="Recent searches remembered per tenant for POST /v1/feedback "
                                                "(one tenant never evicts another's).")
+    use_recalibration: bool = Field(
+        False, description="Recalibrate each tenant's probabilities from its own feedback once it has enough "
+                           "observations, and only where that beats the shipped calibration in cross-validation "
+                           "on them (docs/operations.md); TOOLRANK_USE_RECALIBRATION=1 switches it on.")
+    use_recalibration_min: int = Field(
+        25, ge=5, le=100_000, description="Feedback observations (searches whose offered tool was called "
+                                          "successfully) a tenant needs before its recalibration is fitted.")
     metrics_public: bool = Field(
         False, description="Serve /metrics without a key (for a scraper on a private network); by default it "
                            "needs an admin key, since its counters show catalog activity.")
@@ -144,7 +151,7 @@ class Settings(BackendSettings):
 
 
 class GatewaySettings(BaseSettings):
-    """``toolrank mcp``'s: ``TOOLRANK_MCP_TOKEN`` and ``TOOLRANK_LEARN_FROM_USE``."""
+    """``toolrank mcp``'s: ``TOOLRANK_MCP_TOKEN``, ``TOOLRANK_LEARN_FROM_USE`` and the recalibration from use."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
 
@@ -153,6 +160,13 @@ class GatewaySettings(BaseSettings):
     learn_from_use: bool = Field(
         True, description="Learn example requests from the tools the agent calls; TOOLRANK_LEARN_FROM_USE=0 "
                           "switches it off.")
+    use_recalibration: bool = Field(
+        False, description="Recalibrate each tenant's probabilities from its own feedback once it has enough "
+                           "observations, and only where that beats the shipped calibration in cross-validation "
+                           "on them (docs/operations.md); TOOLRANK_USE_RECALIBRATION=1 switches it on.")
+    use_recalibration_min: int = Field(
+        25, ge=5, le=100_000, description="Feedback observations (searches whose offered tool was called "
+                                          "successfully) a tenant needs before its recalibration is fitted.")
 
 
 # Every settings class, each the only reader of its variables (the LLM endpoint's, LLMSettings, through

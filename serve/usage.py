@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 LOCAL_TENANT = "local"     # the MCP gateway's one user
 
 
+FEEDBACK_FILE = "feedback.jsonl"        # a tenant's feedback log, and its older part after a rotation
+ROTATED_FILE = FEEDBACK_FILE + ".1"
+
+
 def tenant_folder(name: str) -> str:
     """A tenant's folder name: a hash, so any tenant name is a safe folder name."""
     return "t-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
@@ -117,7 +121,7 @@ class TenantUsage:
 
     @property
     def feedback_path(self) -> Path:
-        return self.root / "feedback.jsonl"
+        return self.root / FEEDBACK_FILE
 
     def learned(self, *, fresh: bool = False) -> LearnedExamples:
         """The newest published learned examples (re-read at most every ``refresh_s`` unless ``fresh``)."""
@@ -155,7 +159,7 @@ class TenantUsage:
 
     @property
     def rotated_path(self) -> Path:
-        return self.root / "feedback.jsonl.1"
+        return self.root / ROTATED_FILE
 
     def record(self, event: dict[str, Any]) -> None:
         """Append one feedback event (under the store's lock: one line per event, whole); rotate the log
@@ -226,6 +230,7 @@ class Offer:
     credited: set[ToolId] = field(default_factory=set, compare=False)   # tools this request id already taught
     decision: str | None = None                  # the search's decision
     probabilities: tuple[float, ...] = ()        # the decision probability of each offered tool, in order
+    raw_best: float | None = None                # the best probability before the tenant's recalibration
 
 
 class OfferLedger:
@@ -255,7 +260,7 @@ class OfferLedger:
                          "DEFAULT '[]', PRIMARY KEY (tenant, request_id))")
         self._db.execute("CREATE INDEX IF NOT EXISTS offers_age ON offers (tenant, at)")
         have = {row[1] for row in self._db.execute("PRAGMA table_info(offers)")}
-        for column in ("decision TEXT", "probabilities TEXT"):   # added in 0.8.0: older files gain them
+        for column in ("decision TEXT", "probabilities TEXT", "raw_best REAL"):   # 0.8.0, 0.11.0: older files gain them
             if column.split()[0] not in have:
                 self._db.execute(f"ALTER TABLE offers ADD COLUMN {column}")
         # searches and successful calls per tenant, day and decision (real-use calibration, /v1/metrics/use)
@@ -273,9 +278,10 @@ class OfferLedger:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute("INSERT OR REPLACE INTO offers (tenant, request_id, request, need, tools, at, "
-                                 "credited, decision, probabilities) VALUES (?, ?, ?, ?, ?, ?, '[]', ?, ?)",
+                                 "credited, decision, probabilities, raw_best) VALUES (?, ?, ?, ?, ?, ?, '[]', ?, ?, ?)",
                                  (tenant, request_id, offer.request, offer.need, tools, offer.at, offer.decision,
-                                  json.dumps(list(offer.probabilities)) if offer.probabilities else None))
+                                  json.dumps(list(offer.probabilities)) if offer.probabilities else None,
+                                  offer.raw_best))
                 if offer.decision:
                     self._db.execute("INSERT INTO daily (tenant, day, decision, searches) VALUES (?, ?, ?, 1) "
                                      "ON CONFLICT (tenant, day, decision) DO UPDATE SET searches = searches + 1",
@@ -290,12 +296,13 @@ class OfferLedger:
 
     def get(self, tenant: str, request_id: str) -> "Offer | None":
         with self._lock:
-            row = self._db.execute("SELECT request, need, tools, at, credited, decision, probabilities FROM offers "
-                                   "WHERE tenant = ? AND request_id = ?", (tenant, request_id)).fetchone()
+            row = self._db.execute("SELECT request, need, tools, at, credited, decision, probabilities, raw_best "
+                                   "FROM offers WHERE tenant = ? AND request_id = ?", (tenant, request_id)).fetchone()
         if row is None or time.time() - row[3] > self.ttl_s:
             return None
         return Offer(row[0] or "", row[1], tuple(ToolId(*t) for t in json.loads(row[2])), row[3],
-                     {ToolId(*t) for t in json.loads(row[4])}, row[5], tuple(json.loads(row[6])) if row[6] else ())
+                     {ToolId(*t) for t in json.loads(row[4])}, row[5], tuple(json.loads(row[6])) if row[6] else (),
+                     row[7])
 
     def success(self, tenant: str, offer: "Offer") -> None:
         """Count a successful call on the day and decision of the search that offered the tool."""
@@ -368,6 +375,7 @@ class UsageBook:
         self.feedback_max_bytes = feedback_max_bytes
         self.feedback_keep_days = feedback_keep_days
         self._tenants: dict[str, TenantUsage] = {}
+        self._recalibrations: dict[str, tuple[Any, Any]] = {}   # tenant -> (feedback files' stamp, fit or None)
         self._lock = threading.Lock()
         self.read_only = read_only
         ledger_path = None
@@ -396,15 +404,17 @@ class UsageBook:
 
     def offered(self, tenant: str, request_id: str | None, request: str, need: str | None,
                 tools: Sequence[tuple[str, str]], *, decision: str | None = None,
-                probabilities: Sequence[float] | None = None) -> Offer | None:
+                probabilities: Sequence[float] | None = None, raw_best: float | None = None) -> Offer | None:
         """Remember what a search offered (its request with secrets masked, tools, decision and their
-        probabilities); returns that offer (None without a request id)."""
+        probabilities; ``raw_best``: the best probability before the tenant's recalibration, when one was
+        applied); returns that offer (None without a request id)."""
         if not request_id:
             return None
         need = redact_secrets(need) if need else need
         probs = tuple(round(float(p), 4) for p in probabilities) if probabilities is not None else ()
         offer = Offer(redact_secrets(request), need, tuple(ToolId(*t) for t in tools), time.time(),
-                      decision=decision, probabilities=probs if len(probs) == len(tools) else ())
+                      decision=decision, probabilities=probs if len(probs) == len(tools) else (),
+                      raw_best=round(float(raw_best), 6) if raw_best is not None else None)
         try:
             self.ledger.put(tenant, request_id, offer)
         except Exception:   # a full or broken disk must not fail the search; feedback on it will 404
@@ -463,10 +473,61 @@ class UsageBook:
                      if offer.probabilities else None)
         usage.record({"at": round(time.time(), 3), "request_id": request_id, "request": offer.request,
                       "decision": offer.decision, "offered_probabilities": offered_p,
+                      "offered_raw_best": offer.raw_best,
                       "server": tid.server, "tool": tid.tool, "outcome": "success" if success else "error",
                       "error": redact_secrets(error) if error else error, "offered": was_offered,
                       "learned": learned_now})
         return FeedbackOutcome(learned_now, reason, len(current.get(tid, ())))
+
+    def use_observations(self, tenant: str) -> tuple[list[float], list[float]]:
+        """The tenant's recalibration evidence: for each search (request id) whose offered tool was called
+        successfully, its best probability before any recalibration and 1 when the called tool was the first
+        one offered, else 0 (the first successful call of a request id counts)."""
+        folder = self.root / tenant_folder(tenant)
+        events = self.tenant(tenant).events() if folder.exists() else []
+        seen: set[str] = set()
+        p: list[float] = []
+        y: list[float] = []
+        for e in events:
+            offered = e.get("offered_probabilities") or []
+            rid = str(e.get("request_id"))
+            if e.get("outcome") != "success" or not e.get("offered") or not offered or rid in seen:
+                continue
+            seen.add(rid)
+            raw = e.get("offered_raw_best")
+            best = float(raw) if isinstance(raw, (int, float)) else float(offered[0][2])
+            if not 0.0 <= best < 1.0:   # 1.0: an always-available or exactly named tool, not a calibrated one
+                continue
+            p.append(best)
+            y.append(float(offered[0][0] == e.get("server") and offered[0][1] == e.get("tool")))
+        return p, y
+
+    def recalibration(self, tenant: str, min_observations: int = 25) -> Any:
+        """The tenant's recalibration learnt from its feedback (:mod:`retrieval.pipeline.recalibration`), or
+        None: too few observations, or none better than the shipped probabilities. Refitted when the tenant's
+        feedback files change (checked by their size and time), kept per tenant otherwise."""
+        from retrieval.pipeline.recalibration import fit_use_recalibration
+
+        folder = self.root / tenant_folder(tenant)
+        if not folder.exists():   # no feedback yet (and no folder made for asking)
+            return None
+        key = []
+        for path in (folder / ROTATED_FILE, folder / FEEDBACK_FILE):
+            try:
+                st = path.stat()
+                key.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                key.append(None)
+        stamp = (tuple(key), min_observations)
+        with self._lock:
+            cached = self._recalibrations.get(tenant)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        p, y = self.use_observations(tenant)
+        fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
+        with self._lock:
+            self._recalibrations[tenant] = (stamp, fitted)
+        return fitted
 
     def use_calibration(self, tenant: str, bins: int = 10) -> dict[str, Any]:
         """How calibrated the offered probabilities were on the tenant's real traffic.
@@ -723,9 +784,11 @@ class GatewayUsage:
     """What the gateway's ``find_tools`` offered recently, and learning from its ``call_tool`` results
     (tenant ``local``, stored beside the gateway's index folder)."""
 
-    def __init__(self, root: str | Path, *, recent: int = 20, tenant: str = LOCAL_TENANT):
+    def __init__(self, root: str | Path, *, recent: int = 20, tenant: str = LOCAL_TENANT,
+                 settings: GatewaySettings | None = None):
         self.book = UsageBook(root)
         self.tenant = tenant
+        self.settings = settings if settings is not None else GatewaySettings()
         self._recent: list[tuple[str, Offer]] = []
         self._n = 0
         self._max = recent
@@ -736,15 +799,24 @@ class GatewayUsage:
                   tenant: str = LOCAL_TENANT) -> "GatewayUsage | None":
         """Learning beside the gateway's index folder, or None: no folder (``--no-save``), the setting off,
         or the tenant's ``learn_from_use = false`` (``learn``). ``tenant``: whose examples they are."""
-        if index_dir is None or not learn or not GatewaySettings().learn_from_use:
+        settings = GatewaySettings()
+        if index_dir is None or not learn or not settings.learn_from_use:
             return None
         index_dir = Path(index_dir)
-        return cls(index_dir.with_name(index_dir.name + "-usage"), tenant=tenant)
+        return cls(index_dir.with_name(index_dir.name + "-usage"), tenant=tenant, settings=settings)
 
     def learned(self) -> LearnedExamples | None:
         return self.book.learned(self.tenant)
 
-    def offered(self, request: str, need: str | None, result: Any) -> None:
+    def recalibration(self) -> Any:
+        """The gateway tenant's recalibration from its calls (``TOOLRANK_USE_RECALIBRATION``), or None."""
+        if not self.settings.use_recalibration:
+            return None
+        return self.book.recalibration(self.tenant, self.settings.use_recalibration_min)
+
+    def offered(self, request: str, need: str | None, result: Any, recalibration: Any = None) -> None:
+        """Remember a ``find_tools`` answer (``recalibration``: the one applied to it, if any, so the
+        probability before it is kept for the next fit)."""
         if result is None:
             return
         with self._lock:
@@ -753,7 +825,9 @@ class GatewayUsage:
         # the book's offer (secrets masked, decision and probabilities kept) is the one learned from
         offer = self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools],
                                   decision=getattr(result, "decision", None),
-                                  probabilities=[float(getattr(t, "probability", 0.0)) for t in result.tools])
+                                  probabilities=[float(getattr(t, "probability", 0.0)) for t in result.tools],
+                                  raw_best=(float(recalibration.invert(result.best_probability))
+                                            if recalibration is not None else None))
         with self._lock:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
 

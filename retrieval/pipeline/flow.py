@@ -366,7 +366,8 @@ class Pipeline:
 
     def search(self, request: str, need: str | None = None, *, eligible: Eligibility | None = None,
                previous: SearchResult | Any | None = None, k: int | None = None, explain: bool = False,
-               fmt: Format = "mcp", policy: Policy | None = None, learned: Any = None) -> SearchResult:
+               fmt: Format = "mcp", policy: Policy | None = None, learned: Any = None,
+               recalibration: Any = None) -> SearchResult:
         """Find the tools that fit ``request`` among the eligible ones, and decide.
 
         Args:
@@ -385,6 +386,9 @@ class Pipeline:
             policy: thresholds for this call (e.g. the tenant's), else the pipeline's.
             learned: the tenant's example requests learned from use
                 (:class:`~retrieval.index.learned.LearnedExamples`); they change this search only.
+            recalibration: the tenant's recalibration learnt from its feedback
+                (:class:`~retrieval.pipeline.recalibration.UseRecalibration`), applied to every calibrated
+                probability before the decision (the order never changes).
         Raises:
             ValueError: empty request, k < 1, unknown format.
         """
@@ -396,6 +400,8 @@ class Pipeline:
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
+        if recalibration is not None and len(probs):
+            probs = recalibration.apply(probs)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)

@@ -51,18 +51,24 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
                  snap: ServedSnapshot) -> SearchResponse:
     pipeline = snap.pipeline
     learned = state.usage.learned(tenant.name) if tenant.learn_from_use else None
+    recalibration = (state.usage.recalibration(tenant.name, state.settings.use_recalibration_min)
+                     if state.settings.use_recalibration else None)
     result = await state.run(
         request, pipeline.search, body.request, body.need,
         eligible=tenant.eligibility, previous=_previous(body.previous, tenant), k=body.k,
         explain=body.explain, fmt=body.format, policy=tenant_policy(pipeline, tenant),
-        **({"learned": learned} if learned else {}))
+        **({"learned": learned} if learned else {}),
+        **({"recalibration": recalibration} if recalibration is not None else {}))
     result = _visible_result(result, tenant, snap)
     state.metrics.decisions.labels(result.decision).inc()
     request_id = getattr(request.state, "request_id", None)
+    raw_best = float(recalibration.invert(result.best_probability)) if recalibration is not None else None
     state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools],
-                        decision=result.decision, probabilities=[t.probability for t in result.tools])
+                        decision=result.decision, probabilities=[t.probability for t in result.tools],
+                        raw_best=raw_best)
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
+    response.recalibrated_from = recalibration.observations if recalibration is not None else None
     if body.legacy_decisions and response.decision == "choose":   # 0.6 clients know three decisions
         response.decision = "proceed"
     return response

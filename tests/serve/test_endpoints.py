@@ -52,7 +52,8 @@ def test_search_result_shape(client):
     assert r.status_code == 200
     body = r.json()
     assert set(body) == {"decision", "attempt", "best_probability", "tools", "tokens", "message", "suggestions",
-                         "restricted_to", "index_version", "model", "request_id"}
+                         "restricted_to", "index_version", "model", "request_id", "recalibrated_from"}
+    assert body["recalibrated_from"] is None      # recalibration from use is off by default
     assert body["decision"] == "proceed" and body["attempt"] == 1
     top = body["tools"][0]
     assert (top["server"], top["tool"], top["rank"], top["source"]) == ("Alpha Mail", "send_email", 1, "ranked")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from real_app import KEYS, key
 from serve.usage import tenant_folder
 from testkit import tenants_toml
@@ -195,3 +197,94 @@ def test_real_use_calibration_comes_from_the_tenants_feedback(service):
     assert other["observations"] == 0                                   # another tenant sees only its own
     assert service.get("/v1/metrics/use?tenant=acme", headers=key("all")).status_code == 403
     assert service.get("/v1/metrics/use?tenant=acme", headers=key("ops")).json()["observations"] == got["observations"]
+
+
+def test_a_tenants_recalibration_follows_its_own_feedback_only(tmp_path):
+    """TOOLRANK_USE_RECALIBRATION: once a tenant's feedback says its best tool is never the one called, its
+    probabilities come down (the order stays); another tenant's searches are untouched. (The tenant does not
+    learn examples here, so the probabilities before recalibration stay those of the first search.)"""
+    from fastapi.testclient import TestClient
+
+    from real_app import TENANTS, real_pipeline
+    from retrieval.pipeline.recalibration import fit_use_recalibration
+    from serve.app import create_app
+    from serve.settings import Settings
+    from serve_fakes import wait_ready
+
+    ask = "create an issue about the failing build"
+    quiet = tenants_toml({"name": "quiet", "key": "k-quiet", "servers": "*", "learn_from_use": False})
+    (tmp_path / "tenants.toml").write_text(TENANTS + "\n" + quiet)
+    KEYS["quiet"] = "k-quiet"
+    app = create_app(Settings(config=tmp_path / "tenants.toml", index_dir=tmp_path / "store",
+                              use_recalibration=True, use_recalibration_min=10), pipeline=real_pipeline())
+
+    def one(client, tenant, rid):
+        r = client.post("/v1/search", json={"request": ask, "k": 5}, headers={**key(tenant), "X-Request-ID": rid})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    try:
+        with TestClient(app) as c:
+            wait_ready(c)
+            before = one(c, "quiet", "first")
+            assert before["recalibrated_from"] is None and len(before["tools"]) >= 2
+            for i in range(12):   # the agent always calls the second tool: the best one is never right
+                body = one(c, "quiet", f"use-{i}")
+                assert body["recalibrated_from"] is None if i < 10 else body["recalibrated_from"] == i
+                second = body["tools"][1]
+                assert feedback(c, "quiet", f"use-{i}", second["server"], second["tool"]).status_code == 200
+            after = one(c, "quiet", "after")
+            assert after["recalibrated_from"] == 12
+            assert after["best_probability"] < before["best_probability"] - 0.1
+            assert [(t["server"], t["tool"]) for t in after["tools"]] == \
+                [(t["server"], t["tool"]) for t in before["tools"]]
+            other = one(c, "all", "other")              # another tenant: its own (no) feedback, the shipped figures
+            assert other["recalibrated_from"] is None
+            assert other["best_probability"] == before["best_probability"]
+            # the fit reads the probability before any recalibration, not the one served
+            log = tmp_path / "store" / "usage" / tenant_folder("quiet") / "feedback.jsonl"
+            assert feedback(c, "quiet", "after", after["tools"][1]["server"], after["tools"][1]["tool"]).status_code == 200
+            events = [json.loads(line) for line in log.read_text().splitlines()]
+            assert all(e["offered_raw_best"] is None for e in events[:10])
+            assert events[-1]["offered_raw_best"] == pytest.approx(before["best_probability"], abs=1e-4)
+            assert events[-1]["offered_probabilities"][0][2] == pytest.approx(after["tools"][0]["probability"], abs=1e-4)
+            fitted = fit_use_recalibration([before["best_probability"]] * 12, [0.0] * 12, min_observations=10)
+            assert float(fitted.apply(before["best_probability"])) == pytest.approx(after["best_probability"], abs=1e-3)
+    finally:
+        KEYS.pop("quiet", None)
+
+
+def test_without_the_setting_feedback_never_changes_the_probabilities(service):
+    ask = "create an issue about the failing build"
+    bodies = []
+    for i in range(12):
+        r = service.post("/v1/search", json={"request": ask, "k": 5}, headers={**key("acme"), "X-Request-ID": f"o-{i}"})
+        body = r.json()
+        bodies.append(body)
+        feedback(service, "acme", f"o-{i}", body["tools"][1]["server"], body["tools"][1]["tool"])
+    assert all(b["recalibrated_from"] is None for b in bodies)     # off by default, whatever the feedback says
+
+
+def test_the_gateway_recalibrates_from_its_own_calls_when_switched_on(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from retrieval.catalog.model import ToolId
+    from serve.settings import GatewaySettings
+    from serve.usage import GatewayUsage
+
+    def answer(p_best):
+        tools = [SimpleNamespace(tool_id=ToolId("Git", "git_commit"), probability=p_best),
+                 SimpleNamespace(tool_id=ToolId("Git", "git_add"), probability=0.3)]
+        return SimpleNamespace(tools=tools, decision="search_again", best_probability=p_best)
+
+    off = GatewayUsage(tmp_path / "off")
+    monkeypatch.setenv("TOOLRANK_USE_RECALIBRATION", "1")
+    monkeypatch.setenv("TOOLRANK_USE_RECALIBRATION_MIN", "10")
+    on = GatewayUsage(tmp_path / "on", settings=GatewaySettings())
+    for usage in (off, on):
+        for _ in range(12):   # the agent always calls the second tool
+            usage.offered("commit the staged files", None, answer(0.9))
+            usage.called("Git", "git_add", SimpleNamespace(isError=False))
+    assert off.recalibration() is None                       # the setting read at construction: off
+    fitted = on.recalibration()
+    assert fitted is not None and fitted.observations == 12 and float(fitted.apply(0.9)) < 0.5
