@@ -29,7 +29,22 @@ MIB = 1024 * 1024
 Seconds = Annotated[float, Field(gt=0)]
 
 
-class Settings(BackendSettings):
+class RecalibrationSettings(BaseSettings):
+    """The recalibration from use, read alike by the service (:class:`Settings`) and the gateway
+    (:class:`GatewaySettings`): ``TOOLRANK_USE_RECALIBRATION`` and ``TOOLRANK_USE_RECALIBRATION_MIN``."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
+
+    use_recalibration: bool = Field(
+        False, description="Recalibrate each tenant's probabilities from its own feedback once it has enough "
+                           "observations, and only where that beats the shipped calibration in cross-validation "
+                           "on them (docs/day-one.md); TOOLRANK_USE_RECALIBRATION=1 switches it on.")
+    use_recalibration_min: int = Field(
+        25, ge=5, le=100_000, description="Feedback observations (searches whose offered tool was called "
+                                          "successfully) a tenant needs before its recalibration is fitted.")
+
+
+class Settings(BackendSettings, RecalibrationSettings):
     """Everything the HTTP service can be told, validated at construction.
 
     Every field can be set through the environment as ``TOOLRANK_<FIELD>`` (for example
@@ -106,13 +121,6 @@ class Settings(BackendSettings):
     offers_per_tenant: int = Field(
         2000, ge=10, le=1_000_000, description="Recent searches remembered per tenant for POST /v1/feedback "
                                                "(one tenant never evicts another's).")
-    use_recalibration: bool = Field(
-        False, description="Recalibrate each tenant's probabilities from its own feedback once it has enough "
-                           "observations, and only where that beats the shipped calibration in cross-validation "
-                           "on them (docs/operations.md); TOOLRANK_USE_RECALIBRATION=1 switches it on.")
-    use_recalibration_min: int = Field(
-        25, ge=5, le=100_000, description="Feedback observations (searches whose offered tool was called "
-                                          "successfully) a tenant needs before its recalibration is fitted.")
     metrics_public: bool = Field(
         False, description="Serve /metrics without a key (for a scraper on a private network); by default it "
                            "needs an admin key, since its counters show catalog activity.")
@@ -150,7 +158,7 @@ class Settings(BackendSettings):
         return self
 
 
-class GatewaySettings(BaseSettings):
+class GatewaySettings(RecalibrationSettings):
     """``toolrank mcp``'s: ``TOOLRANK_MCP_TOKEN``, ``TOOLRANK_LEARN_FROM_USE`` and the recalibration from use."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
@@ -160,13 +168,6 @@ class GatewaySettings(BaseSettings):
     learn_from_use: bool = Field(
         True, description="Learn example requests from the tools the agent calls; TOOLRANK_LEARN_FROM_USE=0 "
                           "switches it off.")
-    use_recalibration: bool = Field(
-        False, description="Recalibrate each tenant's probabilities from its own feedback once it has enough "
-                           "observations, and only where that beats the shipped calibration in cross-validation "
-                           "on them (docs/operations.md); TOOLRANK_USE_RECALIBRATION=1 switches it on.")
-    use_recalibration_min: int = Field(
-        25, ge=5, le=100_000, description="Feedback observations (searches whose offered tool was called "
-                                          "successfully) a tenant needs before its recalibration is fitted.")
 
 
 # Every settings class, each the only reader of its variables (the LLM endpoint's, LLMSettings, through
