@@ -511,17 +511,18 @@ class Gateway:
         previous = SimpleNamespace(attempt=1) if attempt >= 2 else None
 
         def search() -> "SearchResult | None":
+            # a refit reads the feedback log: outside the lock every find_tools call takes
+            recalibration = self.usage.recalibration() if self.usage is not None else None
             with self._lock:
                 if self.pipeline is None:
                     return None
                 learned = self.usage.learned() if self.usage is not None else None
-                recalibration = self.usage.recalibration() if self.usage is not None else None
                 result = self.pipeline.search(request, need, eligible=self.eligible, previous=previous,
                                               explain=True, fmt="mcp", policy=self.policy,
                                               **({"learned": learned} if learned else {}),
                                               **({"recalibration": recalibration} if recalibration else {}))
             if self.usage is not None:
-                self.usage.offered(request, need, result, recalibration)
+                self.usage.offered(request, need, result)
             return result
         return await anyio.to_thread.run_sync(search)
 

@@ -31,7 +31,7 @@ Seconds = Annotated[float, Field(gt=0)]
 
 class RecalibrationSettings(BaseSettings):
     """The recalibration from use, read alike by the service (:class:`Settings`) and the gateway
-    (:class:`GatewaySettings`): ``TOOLRANK_USE_RECALIBRATION`` and ``TOOLRANK_USE_RECALIBRATION_MIN``."""
+    (:class:`GatewaySettings`): ``TOOLRANK_USE_RECALIBRATION``, ``_MIN`` and ``_REFIT_S``."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
 
@@ -42,6 +42,10 @@ class RecalibrationSettings(BaseSettings):
     use_recalibration_min: int = Field(
         25, ge=5, le=100_000, description="Feedback observations (searches whose offered tool was called "
                                           "successfully) a tenant needs before its recalibration is fitted.")
+    use_recalibration_refit_s: float = Field(
+        30.0, ge=0, le=86_400, description="A tenant's recalibration is refitted after new feedback at most this "
+                                           "often (it reads the tenant's feedback log); the previous fit serves "
+                                           "meanwhile.")
 
 
 class Settings(BackendSettings, RecalibrationSettings):

@@ -262,7 +262,11 @@ class OfferLedger:
         have = {row[1] for row in self._db.execute("PRAGMA table_info(offers)")}
         for column in ("decision TEXT", "probabilities TEXT", "raw_best REAL"):   # 0.8.0, 0.11.0: older files gain them
             if column.split()[0] not in have:
-                self._db.execute(f"ALTER TABLE offers ADD COLUMN {column}")
+                try:
+                    self._db.execute(f"ALTER TABLE offers ADD COLUMN {column}")
+                except sqlite3.OperationalError as exc:   # another worker opening the same old file added it first
+                    if "duplicate column" not in str(exc).lower():
+                        raise
         # searches and successful calls per tenant, day and decision (real-use calibration, /v1/metrics/use)
         self._db.execute("CREATE TABLE IF NOT EXISTS daily (tenant TEXT NOT NULL, day TEXT NOT NULL, decision TEXT "
                          "NOT NULL, searches INTEGER NOT NULL DEFAULT 0, successes INTEGER NOT NULL DEFAULT 0, "
@@ -375,7 +379,8 @@ class UsageBook:
         self.feedback_max_bytes = feedback_max_bytes
         self.feedback_keep_days = feedback_keep_days
         self._tenants: dict[str, TenantUsage] = {}
-        self._recalibrations: dict[str, tuple[Any, Any]] = {}   # tenant -> (feedback files' stamp, fit or None)
+        # tenant -> (feedback files' stamp, fit or None, when fitted (monotonic s))
+        self._recalibrations: dict[str, tuple[Any, Any, float]] = {}
         self._lock = threading.Lock()
         self.read_only = read_only
         ledger_path = None
@@ -494,18 +499,24 @@ class UsageBook:
             if e.get("outcome") != "success" or not e.get("offered") or not offered or rid in seen:
                 continue
             seen.add(rid)
-            raw = e.get("offered_raw_best")
-            best = float(raw) if isinstance(raw, (int, float)) else float(offered[0][2])
-            if not 0.0 <= best < 1.0:   # 1.0: an always-available or exactly named tool, not a calibrated one
+            if "offered_raw_best" in e:   # 0.11.0 on: None when the first tool was a shortcut (always available,
+                raw = e["offered_raw_best"]   # named exactly), not a calibrated candidate: no observation
+                if not isinstance(raw, (int, float)):
+                    continue
+                best = float(raw)
+            else:                          # older events: what was offered (no recalibration existed)
+                best = float(offered[0][2])
+            if not 0.0 <= best < 1.0:
                 continue
             p.append(best)
             y.append(float(offered[0][0] == e.get("server") and offered[0][1] == e.get("tool")))
         return p, y
 
-    def recalibration(self, tenant: str, min_observations: int = 25) -> Any:
+    def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0) -> Any:
         """The tenant's recalibration learnt from its feedback (:mod:`retrieval.pipeline.recalibration`), or
         None: too few observations, or none better than the shipped probabilities. Refitted when the tenant's
-        feedback files change (checked by their size and time), kept per tenant otherwise."""
+        feedback files change (checked by their size and time), at most once per ``refit_s`` per tenant (the
+        previous fit serves meanwhile); it reads the whole log, so call it off the event loop."""
         from retrieval.pipeline.recalibration import fit_use_recalibration
 
         folder = self.root / tenant_folder(tenant)
@@ -519,14 +530,15 @@ class UsageBook:
             except OSError:
                 key.append(None)
         stamp = (tuple(key), min_observations)
+        now = time.monotonic()
         with self._lock:
             cached = self._recalibrations.get(tenant)
-        if cached is not None and cached[0] == stamp:
+        if cached is not None and (cached[0] == stamp or now - cached[2] < refit_s):
             return cached[1]
         p, y = self.use_observations(tenant)
         fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
         with self._lock:
-            self._recalibrations[tenant] = (stamp, fitted)
+            self._recalibrations[tenant] = (stamp, fitted, now)
         return fitted
 
     def use_calibration(self, tenant: str, bins: int = 10) -> dict[str, Any]:
@@ -812,11 +824,12 @@ class GatewayUsage:
         """The gateway tenant's recalibration from its calls (``TOOLRANK_USE_RECALIBRATION``), or None."""
         if not self.settings.use_recalibration:
             return None
-        return self.book.recalibration(self.tenant, self.settings.use_recalibration_min)
+        return self.book.recalibration(self.tenant, self.settings.use_recalibration_min,
+                                       self.settings.use_recalibration_refit_s)
 
-    def offered(self, request: str, need: str | None, result: Any, recalibration: Any = None) -> None:
-        """Remember a ``find_tools`` answer (``recalibration``: the one applied to it, if any, so the
-        probability before it is kept for the next fit)."""
+    def offered(self, request: str, need: str | None, result: Any) -> None:
+        """Remember a ``find_tools`` answer (with its first tool's probability before any recalibration,
+        the evidence a later fit reads)."""
         if result is None:
             return
         with self._lock:
@@ -826,8 +839,7 @@ class GatewayUsage:
         offer = self.book.offered(self.tenant, rid, request, need, [t.tool_id for t in result.tools],
                                   decision=getattr(result, "decision", None),
                                   probabilities=[float(getattr(t, "probability", 0.0)) for t in result.tools],
-                                  raw_best=(float(recalibration.invert(result.best_probability))
-                                            if recalibration is not None else None))
+                                  raw_best=getattr(result, "raw_best", None))
         with self._lock:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
 

@@ -12,6 +12,8 @@ the decision (pure functions, :mod:`.decision`) and the output.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import re
 import threading
@@ -400,12 +402,17 @@ class Pipeline:
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
+        raw = probs
         if recalibration is not None and len(probs):
             probs = recalibration.apply(probs)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)
         result = self._output(req, found, hits, decided)
+        if decided.chosen and decided.chosen[0][2] == "ranked":
+            first = decided.chosen[0][0]
+            result = dataclasses.replace(result, raw_best=next(float(raw[i]) for i, h in enumerate(hits)
+                                                               if h.tool_id == first))
         log.debug("search: %s best=%.3f attempt=%d in %.1f ms", result.decision, decided.best, req.attempt,
                   (time.perf_counter() - t0) * 1e3)
         return result

@@ -48,3 +48,6 @@ class SearchResult:
     message: str = ""                    # plain words for the agent/user
     suggestions: list[str] = field(default_factory=list)   # public servers to connect on no_fit
     restricted_to: list[str] = field(default_factory=list) # servers named explicitly in the request
+    # the first tool's probability before a tenant's recalibration from use; None when the first tool is a
+    # shortcut (always available, named exactly) rather than a calibrated candidate: the evidence a later fit reads
+    raw_best: float | None = None

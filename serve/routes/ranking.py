@@ -7,6 +7,7 @@ import dataclasses
 import logging
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Request
 
 from retrieval.catalog.model import Tool, ToolId
@@ -51,7 +52,10 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
                  snap: ServedSnapshot) -> SearchResponse:
     pipeline = snap.pipeline
     learned = state.usage.learned(tenant.name) if tenant.learn_from_use else None
-    recalibration = (state.usage.recalibration(tenant.name, state.settings.use_recalibration_min)
+    # a refit reads the tenant's feedback log: in a thread, never on the event loop
+    recalibration = (await anyio.to_thread.run_sync(state.usage.recalibration, tenant.name,
+                                                    state.settings.use_recalibration_min,
+                                                    state.settings.use_recalibration_refit_s)
                      if state.settings.use_recalibration else None)
     result = await state.run(
         request, pipeline.search, body.request, body.need,
@@ -62,10 +66,9 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
     result = _visible_result(result, tenant, snap)
     state.metrics.decisions.labels(result.decision).inc()
     request_id = getattr(request.state, "request_id", None)
-    raw_best = float(recalibration.invert(result.best_probability)) if recalibration is not None else None
     state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools],
                         decision=result.decision, probabilities=[t.probability for t in result.tools],
-                        raw_best=raw_best)
+                        raw_best=result.raw_best)
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
     response.recalibrated_from = recalibration.observations if recalibration is not None else None
@@ -128,7 +131,8 @@ def _visible_result(result: SearchResult, tenant: Tenant, snap: Snapshot) -> Sea
     # the first tool left decides, as in the pipeline (the order puts the read candidates first)
     best = result.best_probability if len(tools) == len(result.tools) else next((t.probability for t in tools), 0.0)
     return dataclasses.replace(result, tools=tools, suggestions=suggestions, restricted_to=restricted,
-                               best_probability=best, message=_GENERIC_MESSAGES.get(result.decision, ""))
+                               best_probability=best, message=_GENERIC_MESSAGES.get(result.decision, ""),
+                               raw_best=result.raw_best if len(tools) == len(result.tools) else None)
 
 
 def _search_response(result: SearchResult, snap: Snapshot, explain: bool, version: int) -> SearchResponse:

@@ -657,3 +657,26 @@ def test_a_hidden_name_changes_nothing(hidden, request_text, source):
         results.append((r.restricted_to, [(t.tool_id, t.source, t.probability) for t in r.tools], r.message))
     assert results[0] == results[1]
     assert results[0][1][0][:2] == (ToolId("GitHub", "create_issue"), source)
+
+
+# ------------------------------------------------------------------ a tenant's recalibration from use
+
+
+def test_recalibration_moves_every_probability_keeps_the_order_and_the_raw_best(index):
+    from retrieval.pipeline.recalibration import UseRecalibration
+
+    pipe = make(index, {"post_message": 0.8, "list_channels": 0.6})
+    plain = pipe.search("post a message to the team channel")
+    down = pipe.search("post a message to the team channel", recalibration=UseRecalibration(1.0, -2.0))
+    assert ids(down) == ids(plain)
+    assert down.best_probability < plain.best_probability - 0.3
+    assert plain.raw_best == pytest.approx(plain.best_probability)     # the first tool's, before any recalibration
+    assert down.raw_best == pytest.approx(plain.best_probability)
+    assert "raw_best" not in result_to_dict(down)                       # internal: never in an answer
+
+
+def test_no_raw_best_when_a_shortcut_comes_first(index):
+    always = make(index, {"post_message": 0.8}, always_available=WEATHER_CHECK)
+    assert always.search("post a message to the team channel, and do a weather check").raw_best is None
+    exact = make(index).search("run get_alerts for the coast")
+    assert exact.tools[0].source == "exact_name" and exact.raw_best is None

@@ -216,7 +216,8 @@ def test_a_tenants_recalibration_follows_its_own_feedback_only(tmp_path):
     (tmp_path / "tenants.toml").write_text(TENANTS + "\n" + quiet)
     KEYS["quiet"] = "k-quiet"
     app = create_app(Settings(config=tmp_path / "tenants.toml", index_dir=tmp_path / "store",
-                              use_recalibration=True, use_recalibration_min=10), pipeline=real_pipeline())
+                              use_recalibration=True, use_recalibration_min=10, use_recalibration_refit_s=0),
+                     pipeline=real_pipeline())
 
     def one(client, tenant, rid):
         r = client.post("/v1/search", json={"request": ask, "k": 5}, headers={**key(tenant), "X-Request-ID": rid})
@@ -245,8 +246,8 @@ def test_a_tenants_recalibration_follows_its_own_feedback_only(tmp_path):
             log = tmp_path / "store" / "usage" / tenant_folder("quiet") / "feedback.jsonl"
             assert feedback(c, "quiet", "after", after["tools"][1]["server"], after["tools"][1]["tool"]).status_code == 200
             events = [json.loads(line) for line in log.read_text().splitlines()]
-            assert all(e["offered_raw_best"] is None for e in events[:10])
-            assert events[-1]["offered_raw_best"] == pytest.approx(before["best_probability"], abs=1e-4)
+            # every search kept its first tool's probability before recalibration, recalibrated or not
+            assert all(e["offered_raw_best"] == pytest.approx(before["best_probability"], abs=1e-5) for e in events)
             assert events[-1]["offered_probabilities"][0][2] == pytest.approx(after["tools"][0]["probability"], abs=1e-4)
             fitted = fit_use_recalibration([before["best_probability"]] * 12, [0.0] * 12, min_observations=10)
             assert float(fitted.apply(before["best_probability"])) == pytest.approx(after["best_probability"], abs=1e-3)
@@ -275,11 +276,12 @@ def test_the_gateway_recalibrates_from_its_own_calls_when_switched_on(tmp_path, 
     def answer(p_best):
         tools = [SimpleNamespace(tool_id=ToolId("Git", "git_commit"), probability=p_best),
                  SimpleNamespace(tool_id=ToolId("Git", "git_add"), probability=0.3)]
-        return SimpleNamespace(tools=tools, decision="search_again", best_probability=p_best)
+        return SimpleNamespace(tools=tools, decision="search_again", best_probability=p_best, raw_best=p_best)
 
     off = GatewayUsage(tmp_path / "off")
     monkeypatch.setenv("TOOLRANK_USE_RECALIBRATION", "1")
     monkeypatch.setenv("TOOLRANK_USE_RECALIBRATION_MIN", "10")
+    monkeypatch.setenv("TOOLRANK_USE_RECALIBRATION_REFIT_S", "0")
     on = GatewayUsage(tmp_path / "on", settings=GatewaySettings())
     for usage in (off, on):
         for _ in range(12):   # the agent always calls the second tool
@@ -288,3 +290,20 @@ def test_the_gateway_recalibrates_from_its_own_calls_when_switched_on(tmp_path, 
     assert off.recalibration() is None                       # the setting read at construction: off
     fitted = on.recalibration()
     assert fitted is not None and fitted.observations == 12 and float(fitted.apply(0.9)) < 0.5
+
+
+def test_shortcut_answers_are_not_recalibration_evidence(tmp_path):
+    """A search whose first tool is a shortcut (named exactly, always available) keeps no probability for
+    the fit; older events (before 0.11.0) read what was offered."""
+    from serve.usage import UsageBook
+
+    book = UsageBook(tmp_path / "u")
+    usage = book.tenant("t")
+    for i, raw in enumerate([0.7, None, 0.4]):
+        usage.record({"request_id": f"r{i}", "outcome": "success", "offered": True, "server": "A", "tool": "a",
+                      "offered_probabilities": [["A", "a", 0.9], ["B", "b", 0.2]], "offered_raw_best": raw})
+    usage.record({"request_id": "old", "outcome": "success", "offered": True, "server": "B", "tool": "b",
+                  "offered_probabilities": [["A", "a", 0.6], ["B", "b", 0.2]]})
+    usage.record({"request_id": "r0", "outcome": "success", "offered": True, "server": "A", "tool": "a",
+                  "offered_probabilities": [["A", "a", 0.9]], "offered_raw_best": 0.7})   # a replay: once
+    assert book.use_observations("t") == ([0.7, 0.4, 0.6], [1.0, 1.0, 0.0])
