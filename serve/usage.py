@@ -541,6 +541,16 @@ class UsageBook:
             self._recalibrations[tenant] = (stamp, fitted, now)
         return fitted
 
+    def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25) -> dict[str, Any]:
+        """What :meth:`recalibration` rests on for ``tenant`` and what it fits (fitted afresh, so an operator
+        sees what switching it on would do)."""
+        from retrieval.pipeline.recalibration import fit_use_recalibration
+
+        p, y = self.use_observations(tenant) if (self.root / tenant_folder(tenant)).exists() else ([], [])
+        fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
+        return {"enabled": enabled, "evidence": len(p), "minimum": min_observations, "fitted": fitted is not None,
+                "a": fitted.a if fitted is not None else None, "b": fitted.b if fitted is not None else None}
+
     def use_calibration(self, tenant: str, bins: int = 10) -> dict[str, Any]:
         """How calibrated the offered probabilities were on the tenant's real traffic.
 
@@ -696,6 +706,17 @@ class DecisionDay(BaseModel):
     successes: int = Field(ge=0, description="Successful calls reported for those searches.")
 
 
+class RecalibrationState(BaseModel):
+    enabled: bool = Field(description="Whether the service recalibrates from use (TOOLRANK_USE_RECALIBRATION).")
+    evidence: int = Field(ge=0, description="Searches whose first offered tool is evidence for the fit (a calibrated "
+                                            "candidate, then a successful call reported).")
+    minimum: int = Field(ge=0, description="Evidence needed before a fit (TOOLRANK_USE_RECALIBRATION_MIN).")
+    fitted: bool = Field(description="Whether a recalibration beat the shipped probabilities on this evidence (in "
+                                     "cross-validation); when enabled, it is applied to this tenant's searches.")
+    a: float | None = Field(None, description="q = sigmoid(a * logit(p) + b): the slope, when fitted.")
+    b: float | None = Field(None, description="The offset, when fitted.")
+
+
 class UseCalibration(BaseModel):
     tenant: str = Field(description="The tenant the figures are of.")
     observations: int = Field(ge=0, description="(offered tool, probability) points from successful calls.")
@@ -704,6 +725,9 @@ class UseCalibration(BaseModel):
     ece: float | None = Field(None, description="Expected calibration error over the bins (None without data).")
     bins: list[CalibrationBin] = Field(description="Reliability bins of width 0.1 (empty ones left out).")
     days: list[DecisionDay] = Field(description="Searches and successful calls per UTC day and decision.")
+    recalibration: RecalibrationState | None = Field(
+        None, description="The recalibration from this tenant's feedback: what it rests on, and whether it applies "
+                          "(or would, when switched on).")
 
 
 class Removed(BaseModel):

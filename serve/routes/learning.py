@@ -59,8 +59,9 @@ async def list_examples(state: AppState, tenant: CallerTenant) -> LearnedList:
             summary="How calibrated the answers were in real use: reliability and decisions from your feedback",
             description="From the feedback on your searches: for each successful call to an offered tool, every "
                         "tool that search offered with the probability it had (1 for the tool called, 0 for the "
-                        "others), binned; the expected calibration error; and searches and successful calls per "
-                        "day and decision. Admins may ask for another tenant with ?tenant=.")
+                        "others), binned; the expected calibration error; searches and successful calls per "
+                        "day and decision; and the recalibration from use this feedback supports. Admins may ask "
+                        "for another tenant with ?tenant=.")
 async def use_calibration(state: AppState, tenant: CallerTenant,
                           of: str | None = Query(None, alias="tenant", max_length=200)) -> UseCalibration:
     name = tenant.name
@@ -70,7 +71,10 @@ async def use_calibration(state: AppState, tenant: CallerTenant,
         name = of
     import anyio
 
-    return UseCalibration(**await anyio.to_thread.run_sync(state.usage.use_calibration, name))
+    figures = await anyio.to_thread.run_sync(state.usage.use_calibration, name)
+    figures["recalibration"] = await anyio.to_thread.run_sync(
+        state.usage.recalibration_state, name, state.settings.use_recalibration, state.settings.use_recalibration_min)
+    return UseCalibration(**figures)
 
 
 @router.delete("/v1/examples", response_model=Removed, tags=["learning"],

@@ -193,8 +193,12 @@ def test_real_use_calibration_comes_from_the_tenants_feedback(service):
     assert got["searches_with_feedback"] == 3 and got["observations"] == 3 * len(tools)
     assert sum(b["n"] for b in got["bins"]) == got["observations"] and 0 <= got["ece"] <= 1
     assert sum(d["searches"] for d in got["days"]) >= 3 and sum(d["successes"] for d in got["days"]) == 3
+    # the recalibration it supports: off by default, three pieces of evidence, under the minimum: no fit
+    assert got["recalibration"] == {"enabled": False, "evidence": 3, "minimum": 25, "fitted": False,
+                                    "a": None, "b": None}
     other = service.get("/v1/metrics/use", headers=key("all")).json()
     assert other["observations"] == 0                                   # another tenant sees only its own
+    assert other["recalibration"]["evidence"] == 0
     assert service.get("/v1/metrics/use?tenant=acme", headers=key("all")).status_code == 403
     assert service.get("/v1/metrics/use?tenant=acme", headers=key("ops")).json()["observations"] == got["observations"]
 
@@ -251,6 +255,8 @@ def test_a_tenants_recalibration_follows_its_own_feedback_only(tmp_path):
             assert events[-1]["offered_probabilities"][0][2] == pytest.approx(after["tools"][0]["probability"], abs=1e-4)
             fitted = fit_use_recalibration([before["best_probability"]] * 12, [0.0] * 12, min_observations=10)
             assert float(fitted.apply(before["best_probability"])) == pytest.approx(after["best_probability"], abs=1e-3)
+            state = c.get("/v1/metrics/use", headers=key("quiet")).json()["recalibration"]
+            assert state["enabled"] and state["fitted"] and state["evidence"] == 13 and state["minimum"] == 10
     finally:
         KEYS.pop("quiet", None)
 
