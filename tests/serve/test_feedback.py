@@ -257,6 +257,11 @@ def test_a_tenants_recalibration_follows_its_own_feedback_only(tmp_path):
             assert float(fitted.apply(before["best_probability"])) == pytest.approx(after["best_probability"], abs=1e-3)
             state = c.get("/v1/metrics/use", headers=key("quiet")).json()["recalibration"]
             assert state["enabled"] and state["fitted"] and state["evidence"] == 13 and state["minimum"] == 10
+            # the console says it is on and applied, with the fitted map
+            assert c.post("/ui/login", data={"key": KEYS["quiet"]}, follow_redirects=False).status_code == 303
+            page = c.get("/ui/calibration").text
+            assert "13 searches of evidence, 10 needed" in page and "applied to your searches" in page
+            assert f"sigmoid({state['a']:.2f}" in page
     finally:
         KEYS.pop("quiet", None)
 
