@@ -546,7 +546,7 @@ class UsageBook:
         sees what switching it on would do)."""
         from retrieval.pipeline.recalibration import fit_use_recalibration
 
-        p, y = self.use_observations(tenant) if (self.root / tenant_folder(tenant)).exists() else ([], [])
+        p, y = self.use_observations(tenant)   # no folder: no evidence, and none made
         fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
         return {"enabled": enabled, "evidence": len(p), "minimum": min_observations, "fitted": fitted is not None,
                 "a": fitted.a if fitted is not None else None, "b": fitted.b if fitted is not None else None}

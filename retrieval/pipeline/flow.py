@@ -13,7 +13,6 @@ the decision (pure functions, :mod:`.decision`) and the output.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import re
 import threading
