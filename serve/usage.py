@@ -379,8 +379,8 @@ class UsageBook:
         self.feedback_max_bytes = feedback_max_bytes
         self.feedback_keep_days = feedback_keep_days
         self._tenants: dict[str, TenantUsage] = {}
-        # tenant -> (feedback files' stamp, fit or None, when fitted (monotonic s))
-        self._recalibrations: dict[str, tuple[Any, Any, float]] = {}
+        # tenant -> (feedback files' stamp, fit or None, when fitted (monotonic s), observations it rests on)
+        self._recalibrations: dict[str, tuple[Any, Any, float, int]] = {}
         self._lock = threading.Lock()
         self.read_only = read_only
         ledger_path = None
@@ -517,11 +517,15 @@ class UsageBook:
         None: too few observations, or none better than the shipped probabilities. Refitted when the tenant's
         feedback files change (checked by their size and time), at most once per ``refit_s`` per tenant (the
         previous fit serves meanwhile); it reads the whole log, so call it off the event loop."""
+        return self._recalibration(tenant, min_observations, refit_s)[0]
+
+    def _recalibration(self, tenant: str, min_observations: int, refit_s: float) -> tuple[Any, int]:
+        """(the fit or None, the observations it rests on), cached per tenant by the feedback files' stamp."""
         from retrieval.pipeline.recalibration import fit_use_recalibration
 
         folder = self.root / tenant_folder(tenant)
         if not folder.exists():   # no feedback yet (and no folder made for asking)
-            return None
+            return None, 0
         key = []
         for path in (folder / ROTATED_FILE, folder / FEEDBACK_FILE):
             try:
@@ -534,21 +538,19 @@ class UsageBook:
         with self._lock:
             cached = self._recalibrations.get(tenant)
         if cached is not None and (cached[0] == stamp or now - cached[2] < refit_s):
-            return cached[1]
+            return cached[1], cached[3]
         p, y = self.use_observations(tenant)
         fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
         with self._lock:
-            self._recalibrations[tenant] = (stamp, fitted, now)
-        return fitted
+            self._recalibrations[tenant] = (stamp, fitted, now, len(p))
+        return fitted, len(p)
 
     def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25) -> dict[str, Any]:
-        """What :meth:`recalibration` rests on for ``tenant`` and what it fits (fitted afresh, so an operator
-        sees what switching it on would do)."""
-        from retrieval.pipeline.recalibration import fit_use_recalibration
-
-        p, y = self.use_observations(tenant)   # no folder: no evidence, and none made
-        fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
-        return {"enabled": enabled, "evidence": len(p), "minimum": min_observations, "fitted": fitted is not None,
+        """What :meth:`recalibration` rests on for ``tenant`` and what it fits, as of the feedback files now
+        (the same cache: refitted only when they changed since the last fit), so an operator sees what
+        switching it on would do."""
+        fitted, evidence = self._recalibration(tenant, min_observations, refit_s=0.0)
+        return {"enabled": enabled, "evidence": evidence, "minimum": min_observations, "fitted": fitted is not None,
                 "a": fitted.a if fitted is not None else None, "b": fitted.b if fitted is not None else None}
 
     def use_calibration(self, tenant: str, bins: int = 10) -> dict[str, Any]:

@@ -312,7 +312,8 @@ class Pipeline:
             # fit rate on multi-tool catalogs (0.9.0's agent-flow report).
             if self.tail_calibration is not None:
                 ranks = np.array([h.rank for h in hits[score_top:]])
-                p[score_top:] = self.tail_calibration.probabilities(tail, ranks, n_eligible or len(hits), p[:score_top])
+                count = n_eligible if n_eligible is not None else self._eligible_count(catalog, eligible)
+                p[score_top:] = self.tail_calibration.probabilities(tail, ranks, count, p[:score_top])
             else:   # no tail calibration shipped: the retrieval-only probability, under every scored one
                 p[score_top:] = np.minimum(tail, p[:score_top].min())
         return p

@@ -318,3 +318,29 @@ def test_shortcut_answers_are_not_recalibration_evidence(tmp_path):
     usage.record({"request_id": "r0", "outcome": "success", "offered": True, "server": "A", "tool": "a",
                   "offered_probabilities": [["A", "a", 0.9]], "offered_raw_best": 0.7})   # a replay: once
     assert book.use_observations("t") == ([0.7, 0.4, 0.6], [1.0, 1.0, 0.0])
+
+
+def test_the_recalibration_state_reuses_the_fit_until_the_feedback_changes(tmp_path, monkeypatch):
+    """``/v1/metrics/use`` reads the same cached fit the searches use: the log is read and fitted again only
+    when the tenant's feedback files changed, and the evidence count follows the new events."""
+    import retrieval.pipeline.recalibration as recal
+    from serve.usage import UsageBook
+
+    fits = []
+    real = recal.fit_use_recalibration
+    monkeypatch.setattr(recal, "fit_use_recalibration", lambda *a, **k: fits.append(1) or real(*a, **k))
+    book = UsageBook(tmp_path / "u")
+    usage = book.tenant("t")
+
+    def event(i):
+        usage.record({"request_id": f"r{i}", "outcome": "success", "offered": True, "server": "A", "tool": "a",
+                      "offered_probabilities": [["A", "a", 0.9]], "offered_raw_best": 0.9})
+
+    for i in range(3):
+        event(i)
+    first = book.recalibration_state("t", enabled=False, min_observations=25)
+    again = book.recalibration_state("t", enabled=False, min_observations=25)
+    assert first == again and first["evidence"] == 3 and len(fits) == 1
+    event(3)
+    assert book.recalibration_state("t", enabled=False, min_observations=25)["evidence"] == 4 and len(fits) == 2
+    assert book.recalibration_state("nobody", enabled=True)["evidence"] == 0 and len(fits) == 2
