@@ -33,12 +33,13 @@ def _cache_key_inputs() -> tuple[list[Path], list[str]]:
     """What the default index is made from: files (read whole) and library versions.
 
     The encoder's weights, tokenizer and config: a new encoder (or another vocabulary or
-    length) must not meet vectors of the old one. bm25.py and the bm25s / PyStemmer versions:
+    length) must not meet vectors of the old one. fusion.py: a saved index keeps the fusion weights it
+    was built with, so new default weights need a new index. bm25.py and the bm25s / PyStemmer versions:
     what a saved BM25 index holds and how text is tokenised and stemmed follow them.
     """
     encoder = default_encoder_path()
     files = [default_catalog_path(), default_examples_path(), Path(__file__).with_name("text.py"),
-             Path(__file__).with_name("bm25.py"), encoder / "model.onnx", encoder / "tokenizer.json",
+             Path(__file__).with_name("bm25.py"), Path(__file__).with_name("fusion.py"), encoder / "model.onnx", encoder / "tokenizer.json",
              encoder / "config.json"]
     libraries = [f"{name}=={_library_version(name)}" for name in ("bm25s", "PyStemmer")]
     return files, libraries

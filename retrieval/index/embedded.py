@@ -63,7 +63,8 @@ class ToolIndex:
                  show_progress: bool = False, bm25: BM25Index | None = None):
         self.encoder = encoder
         self.with_examples = with_examples
-        self.fusion = fusion or FusionConfig()
+        # no weights given: the defaults for this catalog (day one's where few tools have example requests)
+        self.fusion = fusion or FusionConfig.for_catalog(catalog.tools, with_examples)
         self.version = version
         self._lock = threading.RLock()
         self._vectors: dict[ToolId, tuple[str, np.ndarray]] = dict(vectors or {})

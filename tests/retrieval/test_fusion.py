@@ -65,3 +65,36 @@ def test_fusion_config_is_frozen_and_keyword_only():
         cfg.k = 5  # type: ignore[misc]
     with pytest.raises(TypeError):
         FusionConfig(10.0)  # type: ignore[misc]
+
+
+def test_day_one_weights_where_few_tools_have_examples():
+    """An index of tools without example requests (a user's own catalog, an MCP gateway's) fuses with the
+    weights chosen over writers at day one; one with examples for at least half its tools keeps the defaults."""
+    from types import SimpleNamespace
+
+    bare = [SimpleNamespace(examples=()) for _ in range(3)]
+    rich = [SimpleNamespace(examples=("find my invoices",)) for _ in range(3)]
+    assert FusionConfig.for_catalog(bare, with_examples=True) == FusionConfig.day_one()
+    assert FusionConfig.for_catalog(rich, with_examples=True) == FusionConfig()
+    assert FusionConfig.for_catalog(rich, with_examples=False) == FusionConfig.day_one()   # examples not indexed
+    assert FusionConfig.for_catalog(rich[:2] + bare[:2], with_examples=True) == FusionConfig()   # half: defaults
+    assert FusionConfig.for_catalog(rich[:1] + bare, with_examples=True) == FusionConfig.day_one()
+    assert FusionConfig.for_catalog([], with_examples=True) == FusionConfig.day_one()
+    day = FusionConfig.day_one()
+    assert day.w_dense > FusionConfig().w_dense and day.k < FusionConfig().k and day.w_bm25 == 1.0
+
+
+def test_an_index_picks_its_weights_from_its_catalog_and_keeps_them(tmp_path):
+    from retrieval.catalog.model import Catalog, Tool
+    from retrieval.index.embedded import ToolIndex
+    from tests.fakes import HashEncoder
+
+    tools = [Tool("A", f"t{i}", f"tool number {i}") for i in range(4)]
+    bare = ToolIndex(Catalog(tools), HashEncoder())
+    assert bare.fusion == FusionConfig.day_one()
+    rich = ToolIndex(Catalog([t.with_examples(["an example request"]) for t in tools]), HashEncoder())
+    assert rich.fusion == FusionConfig()
+    given = FusionConfig(w_dense=1.0)
+    assert ToolIndex(Catalog(tools), HashEncoder(), fusion=given).fusion == given   # weights given win
+    bare.save(tmp_path / "i")
+    assert ToolIndex.load(tmp_path / "i", encoder=HashEncoder()).fusion == FusionConfig.day_one()

@@ -176,7 +176,7 @@ class QdrantToolIndex(ToolIndex):
         coll = config if isinstance(config, QdrantCollection) else QdrantCollection.connect(config)
         encoder = encoder or OnnxEncoder()
         idf = idf or coll.config.idf
-        fusion = fusion or FusionConfig()
+        fusion = fusion or FusionConfig.for_catalog(catalog.tools, with_examples)
         first = 1
         if recreate:
             previous = coll.head()
