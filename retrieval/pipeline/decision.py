@@ -47,7 +47,7 @@ class Policy:
     the agent's need (README, "Decision zones"; ``training/thresholds.py``).
     """
 
-    proceed_threshold: float = 0.84   # chosen on the agent flow over the fit catalogs: no-fit proceeds <= 10% on every kind (zones_fit.md)
+    proceed_threshold: float = 0.83   # chosen on the agent flow over the fit catalogs: no-fit proceeds <= 10% on every kind (zones_fit.md)
     # The second attempt's no-fit floor: under it, no_fit; between it and proceed_threshold, choose.
     # Both chosen on the agent flow over catalogs shaped like users' (MCP-Zero dev organisations and the
     # five training corpora, day one, with and without a need): benchmarks/results/zones_fit.md.
