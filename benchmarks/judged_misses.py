@@ -102,8 +102,9 @@ def judged_view(rows: list[dict], answers: dict[str, dict], threshold: float = 0
         if ans is None or int(ans["n"]) != len(r["candidates"]):
             continue
         used += 1
+        n = len(r["candidates"])   # candidate numbers are 1..n; anything else is the judge's slip, dropped
         p = {r["candidates"][int(k) - 1]["server"] + "/" + r["candidates"][int(k) - 1]["tool"]: float(v)
-             for k, v in ans["p"].items()}
+             for k, v in ans["p"].items() if str(k).isdigit() and 1 <= int(k) <= n}
         key = lambda t: t["server"] + "/" + t["tool"]   # noqa: E731
         pf = p.get(key(r["first"]), 0.0) if r["first"] else 0.0
         pl = max(p.get(key(t), 0.0) for t in [r["target"], *r["lenient"]])
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--misses", type=Path, required=True)
     r.add_argument("--judged", type=Path, nargs="+", required=True)
     r.add_argument("--second", type=Path, nargs="*")
-    r.add_argument("--total", type=int, default=0, help="how many requests were mined (for the rank 1 estimate)")
+    r.add_argument("--total", type=int, required=True,
+                   help="how many requests were mined (mine prints it: 'N of TOTAL ... have another first tool')")
     r.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_misses.json")
     a = p.parse_args(argv)
     if a.cmd == "mine" and (a.k < 1 or a.n_batches < 1):

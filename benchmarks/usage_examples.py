@@ -126,7 +126,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.time()
     cat, questions = test_catalog(args.split)
     encoder = CachingEncoder(OnnxEncoder())
-    fusion = dataclasses.replace(FusionConfig(), **({} if args.w_learned is None else {"w_learned_bm25": args.w_learned}),
+    # the day-one index fuses as the product's would (0.12.0: FusionConfig.day_one() for a catalog without
+    # example requests; --fusion examples: the with-examples weights every run before 0.12.0 used)
+    base = FusionConfig.for_catalog(cat.without_examples().tools, True) if args.fusion == "product" else FusionConfig()
+    fusion = dataclasses.replace(base, **({} if args.w_learned is None else {"w_learned_bm25": args.w_learned}),
                                  **({} if args.learned_lexical is None else {"learned_lexical": args.learned_lexical}))
     day_one = ToolIndex.build(cat.without_examples(), encoder=encoder, show_progress=True, fusion=fusion)
     shipped = ToolIndex.build(cat, encoder=encoder, show_progress=True)
@@ -171,7 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 dict(usage.stats))
     add("shipped examples in the index", 0, 0.0, ranks(shipped, questions, None))
     return {"environment": environment_stamp(), "ranking": "retrieval only (hybrid: BM25 + dense, fused; no scorer)", "split": args.split,
-            "w_learned_bm25": fusion.w_learned_bm25, "learned_lexical": fusion.learned_lexical, "quick": args.quick, "offered": args.offered, "seed": args.seed, "servers": len(cat.servers), "tools": len(cat),
+            "fusion": args.fusion, "w_learned_bm25": fusion.w_learned_bm25, "learned_lexical": fusion.learned_lexical, "quick": args.quick, "offered": args.offered, "seed": args.seed, "servers": len(cat.servers), "tools": len(cat),
             "questions": len(questions), "paired_questions": len(paired), "seconds": round(time.time() - t0),
             "rows": rows}
 
@@ -230,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--learned-lexical", choices=("document", "list", "both"),
                    help="where learned requests count lexically (default: FusionConfig's): in their tool's BM25 "
                         "document, as a list of their own (0.9.0), or both")
+    p.add_argument("--fusion", choices=("product", "examples"), default="product",
+                   help="the day-one index's fusion weights: the product's for a catalog without examples "
+                        "(default), or the with-examples weights (before 0.12.0)")
     p.add_argument("--quick", action="store_true", help="only 0 and 5 clean uses of shipped examples, and the index")
     p.add_argument("--out", type=Path, default=RESULTS / "usage_examples.json")
     a = p.parse_args(argv)

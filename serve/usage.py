@@ -537,7 +537,8 @@ class UsageBook:
         now = time.monotonic()
         with self._lock:
             cached = self._recalibrations.get(tenant)
-        if cached is not None and (cached[0] == stamp or now - cached[2] < refit_s):
+        # the same files: the same fit; changed files: the previous fit (for the same minimum) for refit_s
+        if cached is not None and (cached[0] == stamp or (cached[0][1] == min_observations and now - cached[2] < refit_s)):
             return cached[1], cached[3]
         p, y = self.use_observations(tenant)
         fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None

@@ -40,3 +40,9 @@ def test_report_estimates_rank_one(tmp_path, capsys):
     got = json.loads(out.read_text())
     assert got["rank1_strict"] == 0.8 and abs(got["rank1_judged"] - 0.9) < 1e-9
     assert "judge accepts 90.0%" in capsys.readouterr().out
+
+
+def test_numbers_outside_the_list_are_dropped():
+    rows = [_row("a", ["S/x", "S/y"], "S/x", "S/y")]
+    v = judged_view(rows, {"a": {"id": "a", "n": 2, "p": {"0": 0.9, "3": 0.9, "2": 0.8}}})
+    assert v["cells"]["first does not, label fits"] == 1   # "0" is not the last candidate, "3" not an error

@@ -63,7 +63,8 @@ class ToolIndex:
                  show_progress: bool = False, bm25: BM25Index | None = None):
         self.encoder = encoder
         self.with_examples = with_examples
-        # no weights given: the defaults for this catalog (day one's where few tools have example requests)
+        # no weights given: the defaults for this catalog (day one's where few tools have example requests),
+        # fixed when the index is built: tools updated later do not change them (re-index to re-choose)
         self.fusion = fusion or FusionConfig.for_catalog(catalog.tools, with_examples)
         self.version = version
         self._lock = threading.RLock()
@@ -341,7 +342,9 @@ class ToolIndex:
         cached = {}
         for i, t in enumerate(tools):
             cached[t.id] = (t.content_hash(), vectors[bounds[i]:bounds[i + 1]])
-        return cls(catalog, encoder, with_examples=manifest.get("with_examples", True),
-                   fusion=FusionConfig(**manifest.get("fusion", {})), vectors=cached,
+        with_examples = manifest.get("with_examples", True)
+        fusion = FusionConfig.from_manifest(manifest.get("fusion", {}), manifest.get("package_version"),
+                                            tools, with_examples)
+        return cls(catalog, encoder, with_examples=with_examples, fusion=fusion, vectors=cached,
                    version=int(manifest.get("version", 1)),
                    bm25=BM25Index.load(directory / "bm25", len(tools)) if (directory / "bm25").exists() else None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 __all__ = ["FusionConfig", "reciprocal_rank_fusion", "fused_lists"]
@@ -58,9 +58,49 @@ class FusionConfig:
         return cls() if with_ex else cls.day_one()
 
     @property
+    def day_one_weights(self) -> bool:
+        """Whether these are :meth:`day_one`'s weights (the confidence models for catalogs without example
+        requests were fitted on lists fused so; ``retrieval.pipeline.flow`` picks its models by this)."""
+        return _weights(self) == _weights(self.day_one())
+
+    @classmethod
+    def from_manifest(cls, saved: dict, built_by: str | None,
+                      tools: "Iterable[object] | Callable[[], Iterable[object]]", with_examples: bool) -> "FusionConfig":
+        """The weights a saved index searches with: the ones it saved, except that an index built before
+        0.12.0 with the then defaults over a catalog without example requests takes :meth:`day_one`'s (fusion
+        happens at query time, so nothing stored changes; the day-one confidence models of 0.12.0 on were
+        fitted with them). ``tools`` may be a callable, read only when that question arises."""
+        cfg = cls(**saved)
+        if _older_than(built_by, (0, 12, 0)) and _weights(cfg) == _weights(cls()) \
+                and cls.for_catalog(tools() if callable(tools) else tools, with_examples).day_one_weights:
+            return cls(**{**saved, **{k: getattr(cls.day_one(), k) for k in _WEIGHTS}})
+        return cfg
+
+    @property
     def need_channel(self) -> bool:
         """Whether a need gets lists of its own."""
         return self.w_need_bm25 > 0 or self.w_need_dense > 0
+
+
+_WEIGHTS = ("k", "w_bm25", "w_dense", "w_need_bm25", "w_need_dense")
+
+
+def _weights(cfg: FusionConfig) -> tuple[float, ...]:
+    return tuple(float(getattr(cfg, k)) for k in _WEIGHTS)
+
+
+def _older_than(version: str | None, than: tuple[int, ...]) -> bool:
+    """Whether a package version string is older than ``than`` (no version: built before versions were
+    recorded, so older; an unreadable one: not older)."""
+    if not version:
+        return True
+    parts = []
+    for piece in str(version).split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            return False
+        parts.append(int(digits))
+    return tuple(parts) < than
 
 
 def reciprocal_rank_fusion(lists: list[list[int]], weights: list[float], k: float) -> list[tuple[int, float]]:

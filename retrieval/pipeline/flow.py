@@ -145,15 +145,18 @@ class Pipeline:
             log.warning("always-available tools not in the catalog are ignored: %s", unknown)
         self.public_index = public_index
         self._confidence_given = confidence is not None
+        # the models of an index with example requests, unless it fuses with the day-one weights (a catalog
+        # mostly without examples, however it was built): the day-one models were fitted on lists fused so
+        examples_kind = index.with_examples and not index.fusion.day_one_weights
         if confidence is None:
-            confidence = self._default_confidence(scorer, index.with_examples)
+            confidence = self._default_confidence(scorer, examples_kind)
         if confidence.uses_logit and scorer is None:
             raise ValueError("this confidence model needs a scorer's logits; pass scorer= or a retrieval-only model")
         self.confidence = confidence
         # Per tool: an index that holds example requests for some tools only (a user's catalog
         # with generated or learned examples) scores the tools without any with the model
         # fitted for indexes without examples.
-        self.confidence_noex = self._noex_confidence(scorer) if not self._confidence_given and index.with_examples \
+        self.confidence_noex = self._noex_confidence(scorer) if not self._confidence_given and examples_kind \
             else None
         # Candidates the cross-encoder does not read (past ``policy.score_top``) take the retrieval-only
         # model's probability (fitted over every candidate of the dev lists), re-calibrated for rank, catalog
@@ -161,7 +164,7 @@ class Pipeline:
         # lowest scored one); the order puts every scored tool first (decision.best_first), so no unscored
         # tool passes a scored one (benchmarks/agent_flow.py measures ranks 11-100).
         self.tail_confidence = None if self._confidence_given or not confidence.uses_logit else \
-            ConfidenceModel.load(default_confidence_path(index.with_examples))
+            ConfidenceModel.load(default_confidence_path(examples_kind))
         tail_file = Path(getattr(scorer, "path", None) or "") / TAIL_FILE if scorer is not None else None
         self.tail_calibration = TailCalibration.load(tail_file) \
             if self.tail_confidence is not None and tail_file is not None and tail_file.is_file() else None

@@ -98,3 +98,46 @@ def test_an_index_picks_its_weights_from_its_catalog_and_keeps_them(tmp_path):
     assert ToolIndex(Catalog(tools), HashEncoder(), fusion=given).fusion == given   # weights given win
     bare.save(tmp_path / "i")
     assert ToolIndex.load(tmp_path / "i", encoder=HashEncoder()).fusion == FusionConfig.day_one()
+
+
+def test_an_index_saved_before_the_day_one_weights_takes_them_on_load():
+    """Fusion happens at query time: an index built before 0.12.0 with the then defaults over a catalog
+    without example requests searches with the day-one weights (the day-one models were fitted on them);
+    anything else keeps what it saved."""
+    from types import SimpleNamespace
+
+    bare = [SimpleNamespace(examples=())]
+    old = dataclasses.asdict(FusionConfig(learned_lexical="both"))
+    up = FusionConfig.from_manifest(old, "0.11.0", bare, True)
+    assert up.day_one_weights and up.learned_lexical == "both"          # weights only; other fields kept
+    assert FusionConfig.from_manifest(old, None, bare, True).day_one_weights   # no version recorded: older
+    assert FusionConfig.from_manifest(old, "0.12.0", bare, True) == FusionConfig(learned_lexical="both")
+    assert FusionConfig.from_manifest(old, "0.11.0", [SimpleNamespace(examples=("x",))], True) \
+        == FusionConfig(learned_lexical="both")                        # a catalog with examples: as saved
+    chosen = dataclasses.asdict(FusionConfig(w_dense=1.0))
+    assert FusionConfig.from_manifest(chosen, "0.9.0", bare, True) == FusionConfig(w_dense=1.0)   # chosen weights stay
+    assert FusionConfig.from_manifest(old, "dev-build", bare, True) == FusionConfig(learned_lexical="both")
+    called = []
+    FusionConfig.from_manifest(old, "0.12.1", lambda: called.append(1) or bare, True)
+    assert not called                                                   # the catalog read only when it matters
+
+
+def test_the_pipeline_scores_a_day_one_fused_index_with_the_day_one_models():
+    """A catalog without example requests indexed with with_examples=True (the CLI's default) fuses with
+    the day-one weights, so its confidence and tail models are the day-one ones, as for with_examples=False."""
+    from retrieval.catalog.model import Catalog, Tool
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.pipeline.confidence import default_confidence_path
+    from retrieval.pipeline.flow import Pipeline
+    from tests.fakes import HashEncoder
+
+    tools = [Tool("A", f"t{i}", f"tool number {i}") for i in range(4)]
+    from retrieval.pipeline.confidence import ConfidenceModel
+
+    day_one, examples = (ConfidenceModel.load(default_confidence_path(x)) for x in (False, True))
+    assert day_one.weights != examples.weights
+    for with_examples in (True, False):
+        pipe = Pipeline(ToolIndex(Catalog(tools), HashEncoder(), with_examples=with_examples))
+        assert pipe.confidence == day_one and pipe.confidence_noex is None
+    rich = ToolIndex(Catalog([t.with_examples(["an example"]) for t in tools]), HashEncoder())
+    assert Pipeline(rich).confidence == examples

@@ -344,3 +344,16 @@ def test_the_recalibration_state_reuses_the_fit_until_the_feedback_changes(tmp_p
     event(3)
     assert book.recalibration_state("t", enabled=False, min_observations=25)["evidence"] == 4 and len(fits) == 2
     assert book.recalibration_state("nobody", enabled=True)["evidence"] == 0 and len(fits) == 2
+
+
+def test_a_fit_for_another_minimum_is_never_served_from_the_cache(tmp_path):
+    from serve.usage import UsageBook
+
+    book = UsageBook(tmp_path / "u")
+    usage = book.tenant("t")
+    for i in range(12):   # the first tool was never the one called: a fit that lowers 0.9
+        usage.record({"request_id": f"r{i}", "outcome": "success", "offered": True, "server": "B", "tool": "b",
+                      "offered_probabilities": [["A", "a", 0.9], ["B", "b", 0.3]], "offered_raw_best": 0.9})
+    assert book.recalibration("t", min_observations=25, refit_s=3600) is None      # under this minimum
+    fitted = book.recalibration("t", min_observations=10, refit_s=3600)            # within refit_s, another minimum
+    assert fitted is not None and fitted.observations == 12

@@ -87,7 +87,8 @@ class QdrantToolIndex(ToolIndex):
         self.encoder = encoder
         self.owner = owner
         self.with_examples = bool(head.get("with_examples", True))
-        self.fusion = FusionConfig(**head.get("fusion", {}))
+        self.fusion = FusionConfig.from_manifest(head.get("fusion", {}), head.get("package_version"),
+                                                 lambda: state.view(None).catalog.tools, self.with_examples)
         self.k1 = float(head.get("k1", 1.2))
         self.b = float(head.get("b", 0.75))
         self.avgdl = float(head.get("avgdl", 1.0))
@@ -298,9 +299,14 @@ class QdrantToolIndex(ToolIndex):
     def _advance(self, head: dict[str, Any]) -> None:
         state = load_state(self.collection, head, self._state if head.get("build") == self._head.get("build")
                             else None, self._state.vocab)
+        rebuilt = head.get("build") != self._head.get("build")
         self._head = dict(head)
         self.avgdl = float(head.get("avgdl", self.avgdl))
         self._state = state
+        if rebuilt:   # a rebuild (--recreate) may carry other weights: search with the ones it recorded
+            self.with_examples = bool(head.get("with_examples", True))
+            self.fusion = FusionConfig.from_manifest(head.get("fusion", {}), head.get("package_version"),
+                                                     lambda: state.view(None).catalog.tools, self.with_examples)
 
     # -------------------------------------------------------------------------- writes
 
