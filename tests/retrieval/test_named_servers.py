@@ -121,10 +121,13 @@ def _model_dir(tmp_path, with_noex: bool):
 
 def test_pipeline_picks_the_combiner_for_its_kind_of_index(tmp_path, encoder):
     scorer = FakeScorer({}, path=_model_dir(tmp_path, with_noex=True))
-    ex = ToolIndex.build(tiny_catalog(), encoder=encoder)
-    noex = ToolIndex.build(tiny_catalog(), encoder=encoder, with_examples=False)
+    cat = tiny_catalog()
+    ex = ToolIndex.build(cat.with_examples({t.id: [f"please {t.description.lower()}"] for t in cat.tools}), encoder=encoder)
+    noex = ToolIndex.build(cat, encoder=encoder, with_examples=False)
     assert Pipeline(ex, scorer).confidence.bias == 1.0
     assert Pipeline(noex, scorer).confidence.bias == -1.0
+    # a catalog without examples indexed "with examples" fuses as day one, so it is scored as day one (0.12.0)
+    assert Pipeline(ToolIndex.build(cat, encoder=encoder), scorer).confidence.bias == -1.0
     assert Pipeline(noex, scorer).with_index(ex).confidence.bias == 1.0   # re-picked for the new index
     given = ConfidenceModel(("logit",), (1.0,), 5.0, (0.0,), (1.0,))
     assert Pipeline(noex, scorer, confidence=given).with_index(ex).confidence.bias == 5.0  # a given one stays
