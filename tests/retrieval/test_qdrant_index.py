@@ -363,6 +363,18 @@ def test_build_refuses_a_collection_that_holds_an_index(qdrant):
     assert same.catalog.servers == ["Solo"]
     old = index.refresh()   # the old object notices the rebuild and reloads everything
     assert old and index.catalog.servers == ["Solo"] and index.version == 3
+    assert index.fusion == again.fusion   # the weights the rebuild recorded, too
+
+
+def test_a_rebuild_with_other_fusion_weights_reaches_every_replica(qdrant):
+    from retrieval.index.fusion import FusionConfig
+
+    index = qdrant.build()
+    assert index.fusion == FusionConfig.day_one()            # a catalog without example requests
+    rich = Catalog([t.with_examples(["an example request"]) for t in tiny_catalog().tools])
+    QdrantToolIndex.build(rich, config=index.collection, encoder=HashEncoder(), recreate=True)
+    assert index.refresh() and index.fusion == FusionConfig()   # rebuilt with examples: the defaults
+    assert index.tenant_view("acme").fusion == FusionConfig()
 
 
 def test_open_says_what_is_wrong(qdrant):
