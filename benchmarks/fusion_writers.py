@@ -106,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             for nw in a.need_weights.split(","):
                 grid.append((k, w, w / 2 if nw == "half" else float(nw)))
     cell_shipped = (shipped.k, shipped.w_dense, shipped.w_need_dense)
-    if cell_shipped not in grid:
-        grid.append(cell_shipped)
+    grid = list(dict.fromkeys([*grid, cell_shipped]))   # each cell once ("half" of 2 is 1; the shipped one)
     rows = []
     for cell in grid:
         figs = {s: _rank1_top5(lists[s], *cell) for s in CHOOSE}

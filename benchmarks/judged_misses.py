@@ -17,8 +17,6 @@ reports; the "judged" rank 1 counts a first tool the judge accepts as right.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import random
 import sys
 from pathlib import Path
@@ -28,10 +26,6 @@ if __package__ in (None, ""):   # run as a file: the repository root importable
 from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 
-def _seed(key: str) -> int:
-    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
-
-
 def mine(a: argparse.Namespace) -> int:
     from retrieval.evaluation.harness import load_queries
     from retrieval.index.default import load_or_build_default
@@ -39,7 +33,8 @@ def mine(a: argparse.Namespace) -> int:
     from retrieval.pipeline.flow import Pipeline
     from scorer import Scorer
     from training.needs import read_needs
-    from training.refresh_lists import batch_text
+    from retrieval.jsonl import write_jsonl
+    from training.refresh_lists import batch_text, seed_of
 
     needs = read_needs(a.needs)
     qs = [q for q in load_queries(ROOT / "training/data/questions.jsonl", split=a.split) if q.id in needs]
@@ -56,7 +51,7 @@ def mine(a: argparse.Namespace) -> int:
         if ranked and ranked[0] == q.target:
             continue
         cands = list(dict.fromkeys([*ranked[: a.k], *sorted(q.lenient_targets)]))
-        random.Random(_seed(q.id)).shuffle(cands)
+        random.Random(seed_of(q.id)).shuffle(cands)
         rows.append({"id": q.id, "query": q.query, "style": q.style,
                      "candidates": [{"server": t.server, "tool": t.tool} for t in cands],
                      "first": {"server": ranked[0].server, "tool": ranked[0].tool} if ranked else None,
@@ -64,9 +59,7 @@ def mine(a: argparse.Namespace) -> int:
                      "lenient": [{"server": t.server, "tool": t.tool} for t in sorted(q.acceptable)],
                      "target_rank": ranked.index(q.target) + 1 if q.target in ranked else None})
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    with a.out.open("w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_jsonl(a.out, rows)
     print(f"{len(rows)} of {n} {a.split} requests have another first tool (blind need, day one) -> {a.out}",
           file=sys.stderr)
     if a.batches:
@@ -81,13 +74,10 @@ def mine(a: argparse.Namespace) -> int:
 
 
 def _answers(paths: list[Path]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for path in paths:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                r = json.loads(line)
-                out[str(r["id"])] = r
-    return out
+    """The judges' answers by request id (a later file's answer replaces an earlier one)."""
+    from retrieval.jsonl import read_jsonl
+
+    return {str(r["id"]): r for path in paths for _, r in read_jsonl(path)}
 
 
 def judged_view(rows: list[dict], answers: dict[str, dict], threshold: float = 0.5) -> dict:
@@ -123,7 +113,9 @@ def judged_view(rows: list[dict], answers: dict[str, dict], threshold: float = 0
 def report(a: argparse.Namespace) -> int:
     from training.refresh_lists import agreement
 
-    rows = [json.loads(line) for line in a.misses.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from retrieval.jsonl import read_jsonl
+
+    rows = [r for _, r in read_jsonl(a.misses)]
     answers = _answers(a.judged)
     view = judged_view(rows, answers)
     out = {"environment": environment_stamp(), "split": a.split, "mined": len(rows), "total": a.total, **view}

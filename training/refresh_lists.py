@@ -26,10 +26,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["unjudged", "batch_text", "merge", "agreement", "main"]
+__all__ = ["unjudged", "batch_text", "merge", "agreement", "seed_of", "main"]
 
 
-def _seed(key: str) -> int:
+def seed_of(key: str) -> int:
+    """A stable seed for one request id (the judges' shuffle of its candidates)."""
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16)
 
 
@@ -139,7 +140,7 @@ def _mine(a: argparse.Namespace) -> int:
         new = unjudged(row, retrieved)
         if not new:
             continue
-        random.Random(_seed(row["id"])).shuffle(new)
+        random.Random(seed_of(row["id"])).shuffle(new)
         out.append({"id": row["id"], "query": row["query"], "need": needs[row["id"]]["need"],
                     "candidates": [{"server": s, "tool": t} for s, t in new]})
     _write(out, a.out)

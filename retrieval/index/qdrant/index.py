@@ -86,9 +86,7 @@ class QdrantToolIndex(ToolIndex):
         self.collection = collection
         self.encoder = encoder
         self.owner = owner
-        self.with_examples = bool(head.get("with_examples", True))
-        self.fusion = FusionConfig.from_manifest(head.get("fusion", {}), head.get("package_version"),
-                                                 lambda: state.view(None).catalog.tools, self.with_examples)
+        self.with_examples, self.fusion = self._recorded_fusion(head, state)
         self.k1 = float(head.get("k1", 1.2))
         self.b = float(head.get("b", 0.75))
         self.avgdl = float(head.get("avgdl", 1.0))
@@ -304,9 +302,14 @@ class QdrantToolIndex(ToolIndex):
         self.avgdl = float(head.get("avgdl", self.avgdl))
         self._state = state
         if rebuilt:   # a rebuild (--recreate) may carry other weights: search with the ones it recorded
-            self.with_examples = bool(head.get("with_examples", True))
-            self.fusion = FusionConfig.from_manifest(head.get("fusion", {}), head.get("package_version"),
-                                                     lambda: state.view(None).catalog.tools, self.with_examples)
+            self.with_examples, self.fusion = self._recorded_fusion(head, state)
+
+    @staticmethod
+    def _recorded_fusion(head: dict[str, Any], state: State) -> tuple[bool, FusionConfig]:
+        """The build's ``with_examples`` and the weights it searches with (:meth:`FusionConfig.from_manifest`)."""
+        with_examples = bool(head.get("with_examples", True))
+        return with_examples, FusionConfig.from_manifest(head.get("fusion", {}), head.get("package_version"),
+                                                         lambda: state.view(None).catalog.tools, with_examples)
 
     # -------------------------------------------------------------------------- writes
 
