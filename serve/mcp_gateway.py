@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -49,6 +50,7 @@ _SHUTDOWN_GRACE_S = 3.0
 SETTLE_S = 0.5          # a burst of tools/list_changed is harvested once, after this long without another
 EARLY_READY_S = 5.0   # without a saved index: how long after the first server answers searches wait for the rest
 _MAX_SETTLE_WAITS = 10  # ... or after this many waits, if the notices never stop
+FIRST_ANSWERS_KEPT = 64  # first find_tools answers remembered (by request) for the second attempt
 
 
 @dataclass(frozen=True)
@@ -316,6 +318,9 @@ class Gateway:
         self.policy: "Policy | None" = None
         self.harvests = 0                       # completed harvests (first + every re-harvest)
         self._lock = threading.Lock()           # searches vs index updates (both run in threads)
+        # the latest first answers by request text: a second find_tools for the same request keeps its
+        # tools when the sharper need finds less (decision.keep_first_answer); touched on the event loop only
+        self._first_answers: OrderedDict[str, Any] = OrderedDict()
         self._ready = anyio.Event()             # searches may start (saved index loaded, or first harvest done)
         self._harvested = anyio.Event()         # the first harvest is over
         self._holders: anyio.abc.TaskGroup | None = None
@@ -508,7 +513,7 @@ class Gateway:
     async def find(self, request: str, need: str | None = None, *, attempt: int = 1) -> "SearchResult | None":
         """The pipeline's answer over the eligible tools (None when nothing is indexed)."""
         await self._ready.wait()
-        previous = SimpleNamespace(attempt=1) if attempt >= 2 else None
+        previous = (self._first_answers.get(request) or SimpleNamespace(attempt=1)) if attempt >= 2 else None
 
         def search() -> "SearchResult | None":
             # a refit reads the feedback log: outside the lock every find_tools call takes
@@ -524,7 +529,13 @@ class Gateway:
             if self.usage is not None:
                 self.usage.offered(request, need, result)
             return result
-        return await anyio.to_thread.run_sync(search)
+        result = await anyio.to_thread.run_sync(search)
+        if result is not None and attempt < 2:
+            self._first_answers[request] = result
+            self._first_answers.move_to_end(request)
+            while len(self._first_answers) > FIRST_ANSWERS_KEPT:
+                self._first_answers.popitem(last=False)
+        return result
 
     # ------------------------------------------------------------------ call
 

@@ -2,6 +2,7 @@
 
     python -m training.needs --merge /work/blind/in /work/blind/out   # -> training/data/needs_blind.jsonl
     python -m training.needs --check                                  # the leak check, printed
+    python -m training.needs --merge IN OUT --out benchmarks/data/corpus_needs_calibration.jsonl   # another file
 
 Each writer got a TSV of ``id<TAB>voice<TAB>request`` and the brief in ``training/data/briefs/needs_blind.md``
 (never the catalog, the label or the tool) and wrote ``{"id", "need", "need2"?}``. Merging keeps the
@@ -98,6 +99,12 @@ def check(path: Path = OUT) -> dict[str, int]:
     teacher = DATA / "teacher" / "requests.jsonl"     # the teacher's requests: one target tool each
     if teacher.is_file():
         rows += [q for _, q in read_jsonl(teacher)]
+    if any(":" in i for i in needs):   # a corpus request's need: checked against its first labelled tool
+        from retrieval.evaluation.corpora import CORPORA, load_corpus
+        for name in CORPORA:
+            for cq in load_corpus(name).questions:
+                if cq.id in needs:
+                    rows.append({"id": cq.id, "query": cq.query, "tool": cq.target.tool})
     for q in rows:
         n = needs.get(q["id"])
         if not n:
@@ -112,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--merge", nargs=2, type=Path, metavar=("INPUTS", "OUTPUTS"))
     p.add_argument("--check", action="store_true")
+    p.add_argument("--out", type=Path, default=OUT, help=f"the merged file (default {OUT.name}); also what --check reads")
     a = p.parse_args(argv)
     if a.merge:
-        print(merge(*a.merge))
+        print(merge(*a.merge, out=a.out))
     if a.check or not a.merge:
-        print(check())
+        print(check(a.out))
     return 0
 
 

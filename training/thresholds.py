@@ -104,9 +104,28 @@ def choose_zones(table: list[dict], *, max_right_empty: float = 0.0, max_nofit_p
     return max(safe, key=lambda r: (r["nofit_no_fit"], -r["no_fit_below"]))
 
 
-def flow_main(path: Path, json_out: Path | None) -> int:
+def carry_rows(rows: list[dict], calibration_path: Path) -> list[dict]:
+    """The rows' first and second best probabilities as a shipped catalog calibration serves them
+    (``training/catalog_calibration.py``); rows are measured before it."""
+    from retrieval.pipeline.confidence import CatalogCalibration
+
+    cal = CatalogCalibration.load(calibration_path)
+    out = []
+    for r in rows:
+        n = int(r.get("n_eligible", 1))
+        r = dict(r, best1=float(cal.apply([r["best1"]], n)[0]))
+        if "best2" in r:
+            r["best2"] = float(cal.apply([r["best2"]], n)[0])
+        out.append(r)
+    return out
+
+
+def flow_main(path: Path, json_out: Path | None, carry: Path | None = None) -> int:
     data = json.loads(path.read_text())
     rows = data["rows"]
+    if carry is not None and carry.is_file():
+        rows = carry_rows(rows, carry)
+        print(f"(best probabilities carried by {carry})")
     table = zone_table(rows)
     chosen = choose_zones(table)
     print(f"decision zones replayed over {len(rows)} agent-flow rows ({path.name}; catalog kinds: "
@@ -134,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--flow", type=Path, help="agent-flow rows (benchmarks/agent_flow.py --set fit --always-second): "
                    "choose the proceed threshold and the no-fit floor on them instead")
+    p.add_argument("--carry", type=Path, help="a catalog_calibration.json the rows' probabilities pass through first "
+                   "(absent file: none)")
     p.add_argument("--model", type=Path)
     p.add_argument("--split", default="dev")
     p.add_argument("--json", type=Path)
@@ -141,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="only the first N questions (the calibration fit's subset)")
     a = p.parse_args(argv)
     if a.flow:
-        return flow_main(a.flow, a.json)
+        return flow_main(a.flow, a.json, a.carry)
     from retrieval.pipeline.flow import load_pipeline
 
     pipe = load_pipeline(model_dir=a.model or None)  # with the public registry, as deployed

@@ -20,6 +20,7 @@ predicted probability against the observed share that fit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
@@ -59,32 +60,41 @@ def _needs(case: Case, mode: Mode) -> tuple[str | None, str | None]:
     return None, None
 
 
-def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_second: bool = False) -> dict:
+def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_second: bool = False,
+             first_only: bool = False) -> dict:
     """One request through the flow; ``tail``: also every first-attempt candidate's probability (past the scored head);
     ``always_second``: run the second attempt even after a first ``proceed`` and record its best probability
-    and whether it holds the right tool (``best2``, ``right2``: for choosing thresholds offline)."""
+    and whether it holds the right tool (``best2``, ``right2``: for choosing thresholds offline; that search is
+    told only the attempt, so its answer is its own: :func:`replay` keeps the first answer as the pipeline would);
+    ``first_only``: the first attempt alone (its decision stands as the final one: for calibration at scale)."""
     n1, n2 = _needs(case, mode)
     first = pipe.search(case.request, n1, eligible=case.eligible)
-    second = pipe.search(case.request, n2, eligible=case.eligible, previous=first) \
-        if first.decision == "search_again" or always_second else None
-    final = second if first.decision == "search_again" else first
+    # for the replay (always_second) the second search's own answer: the first answer is kept by replay()
+    previous = SimpleNamespace(attempt=first.attempt) if always_second else first
+    second = pipe.search(case.request, n2, eligible=case.eligible, previous=previous) \
+        if not first_only and (first.decision == "search_again" or always_second) else None
+    final = second if second is not None and first.decision == "search_again" else first
     ranked = [t for t in first.tools if t.source != "always_available"]
     final_tools = [t.tool_id for t in final.tools if t.source != "always_available"]
+    n_eligible = sum(1 for t in pipe.index.catalog.tools if case.eligible.allows(t.id))
     row = {
         "id": case.id, "catalog": case.catalog, "mode": mode, "answerable": case.answerable,
         "best1": float(first.best_probability), "decision1": first.decision, "decision": final.decision,
         "right1": bool(ranked) and ranked[0].tool_id in case.targets,
+        "right_any1": any(t.tool_id in case.targets for t in ranked),
         "right_final": any(t in case.targets for t in final_tools),
-        "empty": not final_tools, "attempts": final.attempt,
+        "empty": not final_tools, "attempts": final.attempt, "n_eligible": n_eligible,
+        "tools1": [[t.tool_id.server, t.tool_id.tool] for t in ranked[:5]],   # what a judge reads (benchmarks/judged_flow.py)
+        "probs1": [round(float(t.probability), 6) for t in ranked[:10]],     # what a transfer fit reads (training/transfer.py)
     }
     if second is not None:
         row["best2"] = float(second.best_probability)
         row["right2"] = any(t.tool_id in case.targets for t in second.tools)
+        row["tools2"] = [[t.tool_id.server, t.tool_id.tool] for t in second.tools if t.source != "always_available"][:5]
     if tail and case.answerable and pipe.policy.score_top is not None:   # no head read alone: no tail
         hits = pipe.index.retrieve(case.request, n1, case.eligible, k=pipe.policy.candidates)
         p = pipe.probabilities(case.request, n1, hits, pipe.policy.score_top, case.eligible)
         top = pipe.policy.score_top   # the head: the candidates the cross-encoder reads
-        n_eligible = sum(1 for t in pipe.index.catalog.tools if case.eligible.allows(t.id))
         row["head_p"] = [round(float(x), 6) for x in p[:top]]
         row["tail_p"] = [round(float(x), 6) for x in p[top:]]
         row["tail_fit"] = [h.tool_id in case.targets for h in hits[top:]]
@@ -94,25 +104,26 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
             r = tail_model.probabilities(hits, None, names.find(case.request), names.find(case.request, loose=True),
                                          n_eligible)
             row["tail_r"] = [round(float(x), 6) for x in r[top:]]
-        row["n_eligible"] = n_eligible
         row["fit_rank"] = next((i + 1 for i, h in enumerate(hits) if h.tool_id in case.targets), None)
     return row
 
 
 def run_flow(pipe: Any, cases: Iterable[Case], modes: Sequence[Mode] = MODES, *, show_progress: bool = False,
-             desc: str = "flow", tail: bool = True, always_second: bool = False) -> list[dict]:
+             desc: str = "flow", tail: bool = True, always_second: bool = False, first_only: bool = False) -> list[dict]:
     cases = list(cases)
     it = [(c, m) for m in modes for c in cases]
     if show_progress:
         from tqdm import tqdm
         it = tqdm(it, desc=desc, unit="request", disable=None)
-    return [run_case(pipe, c, m, tail=tail, always_second=always_second) for c, m in it]
+    return [run_case(pipe, c, m, tail=tail, always_second=always_second, first_only=first_only) for c, m in it]
 
 
 def replay(rows: Sequence[dict], proceed: float, floor: float) -> list[dict]:
     """What the flow would have ended with under other thresholds (rows run with ``always_second``;
     the probabilities do not depend on the thresholds): per row the final decision and whether the
-    answer holds the right tool or is empty."""
+    answer holds the right tool or is empty. A second attempt under the floor after a first at or above
+    it keeps the first answer (:func:`~retrieval.pipeline.decision.keep_first_answer`; rows written before
+    0.13.0 lack ``right_any1`` and count its first tool only)."""
     out = []
     for r in rows:
         if r["best1"] >= proceed:
@@ -121,6 +132,8 @@ def replay(rows: Sequence[dict], proceed: float, floor: float) -> list[dict]:
             b2 = r.get("best2", r["best1"])
             d = "proceed" if b2 >= proceed else ("choose" if b2 >= floor else "no_fit")
             right, empty = (r.get("right2", False), False) if d != "no_fit" else (False, True)
+            if d == "no_fit" and r["best1"] >= floor:   # decision.keep_first_answer: the first answer's tools
+                d, right, empty = "choose", r.get("right_any1", r["right1"]), False
         out.append({**r, "decision": d, "right_final": right, "empty": empty,
                     "decision1": "proceed" if r["best1"] >= proceed else "search_again"})
     return out

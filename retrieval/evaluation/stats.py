@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 
 from scorer.calibration import expected_calibration_error, sigmoid
 
-__all__ = ["auroc", "ece", "mcnemar_exact", "sigmoid"]
+__all__ = ["auroc", "ece", "ece_floor", "mcnemar_exact", "sigmoid"]
 
 
 def _missing(package: str) -> ImportError:
@@ -60,3 +60,24 @@ def mcnemar_exact(wins: int, losses: int) -> float:
 def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 10) -> float:
     """Expected calibration error over ``n_bins`` equal-width bins (:func:`scorer.calibration.expected_calibration_error`)."""
     return expected_calibration_error(probs, labels, n_bins=n_bins)
+
+
+def ece_floor(probs: ArrayLike, observed: float | None = None, n_bins: int = 10, draws: int = 1000,
+              seed: int = 0) -> dict[str, float]:
+    """What :func:`ece` reads for a *perfectly calibrated* model with these probabilities: outcomes drawn
+    as Bernoulli(p) ``draws`` times. With 100 requests a calibrated model's ECE is near 0.08 (10 bins), so an
+    ECE target of 0.05 is only testable on a few hundred; report the observed ECE beside this floor.
+
+    Returns ``{"median", "p95", "n"}`` and, given ``observed``, ``"p_value"``: the share of calibrated draws
+    whose ECE reaches it (small: the miscalibration is more than the count explains).
+    """
+    p = np.clip(np.asarray(probs, dtype=np.float64), 0.0, 1.0)
+    if p.size == 0:
+        return {"median": float("nan"), "p95": float("nan"), "n": 0}
+    rng = np.random.default_rng(seed)
+    sims = np.array([ece(p, (rng.random(p.size) < p).astype(np.float64), n_bins) for _ in range(draws)])
+    out = {"median": float(np.median(sims)), "p95": float(np.percentile(sims, 95)), "n": int(p.size)}
+    if observed is not None:
+        out["p_value"] = float((1 + np.sum(sims >= observed)) / (1 + draws))
+    return out
+

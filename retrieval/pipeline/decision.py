@@ -15,6 +15,9 @@ probabilities and the shortcuts, what to do and which tools go back.
   named ones always stay.
 * :func:`decide_search`: the three together; its best probability is the first tool's in that
   order. :func:`message`: the decision in plain words.
+* :func:`keep_first_answer`: a second attempt that falls under the no-fit floor while the first answer's
+  best was at or above it keeps the first answer's tools (``choose``): a sharper need never takes away
+  what the first search found.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from retrieval.index.hits import Hit
 from .results import Decision, Source
 
 __all__ = ["Policy", "Choice", "Decided", "shortcut_floors", "best_first", "decide", "choose", "decide_search",
-           "message"]
+           "keep_first_answer", "KEPT_MESSAGE", "message"]
 
 # A returned tool: its id, its probability and how it got into the result.
 Choice = tuple[ToolId, float, Source]
@@ -233,3 +236,41 @@ def message(decision: Decision, best: float, policy: Policy, mentioned: Sequence
     named = f" {not_connected[0].upper()}{not_connected[1:]}." if not_connected else ""
     tail = f" Servers that could do it: {', '.join(suggestions)}." if suggestions else ""
     return f"No connected tool fits this request (best {best:.2f} after two searches).{named}{tail}"
+
+
+KEPT_MESSAGE = (" The sharper need found nothing as likely, so these are the first search's tools, with the"
+                " probabilities it gave them.")
+
+
+def keep_first_answer(decided: Decided, previous: Any, catalog: Any, eligible: Any, policy: Policy,
+                      max_results: int) -> Decided:
+    """A second attempt's ``no_fit`` turned into ``choose`` with the first answer's tools, when that answer's
+    best probability was at or above the no-fit floor; otherwise ``decided`` unchanged.
+
+    ``previous`` is the first attempt's answer (anything with ``.tools`` of ``.tool_id``, ``.probability``
+    and ``.source``; an HTTP client's ``previous.tools`` with their probabilities): only tools still in
+    ``catalog`` and allowed by ``eligible`` are kept, in the order the first answer gave them, each with
+    the probability it gave (an absent one counts 0); always-available ones come from this search. A
+    second search that reaches the floor itself keeps its own answer: the floor reads the sharper need
+    first. Measured in the agent-flow benchmark (the right first answers a second search would have
+    emptied: README, "Decision zones").
+    """
+    if decided.decision != "no_fit":
+        return decided
+    kept: list[Choice] = []
+    for t in getattr(previous, "tools", None) or ():
+        tid = getattr(t, "tool_id", None)
+        source = getattr(t, "source", "ranked")
+        try:
+            p = float(getattr(t, "probability", 0.0) or 0.0)
+        except (TypeError, ValueError):
+            continue
+        if tid is None or source == "always_available" or not 0.0 <= p <= 1.0:
+            continue
+        if tid in catalog and eligible.allows(tid) and all(k[0] != tid for k in kept):
+            kept.append((tid, p, source))
+    if not kept or max(p for _, p, _ in kept) < policy.no_fit_below:
+        return decided
+    always = [c for c in decided.chosen if c[2] == "always_available"]
+    chosen = always + kept[:max(0, max_results - len(always))]
+    return Decided("choose", max(p for _, p, _ in kept), chosen)

@@ -107,7 +107,7 @@ def _previous(previous: PreviousAttempt | None, tenant: Tenant) -> SearchResult 
 
 _GENERIC_MESSAGES = {
     "proceed": "Proceed with these tools.",
-    "search_again": "No tool clearly fits. Search again with a more specific need, passing this result as `previous`.",
+    "search_again": "No tool clearly fits. Search again with a more specific need, passing this result (attempt, decision, tools with their probabilities) as `previous`.",
     "choose": "These tools may fit but none clearly does: read their definitions and pick one, or ask the user.",
     "no_fit": "No connected tool fits this request.",
 }

@@ -156,3 +156,89 @@ def test_no_fit_only_below_the_floor_and_suggestions_never_name_connected_server
                          previous=first)
     assert second.decision == "no_fit" and second.tools == []
     assert second.suggestions and not set(second.suggestions) & {"GitHub", "Slack"}
+
+
+class _NeedScorer(FakeScorer):
+    """Probabilities per tool name, another table when the need holds ``word`` (a sharper need that misleads)."""
+
+    def __init__(self, probs, when, word, default=0.01):
+        super().__init__(probs, default)
+        self.when, self.word = dict(when), word
+
+    def logits(self, request, need, tools):
+        table = self.when if need and self.word in need else self.probs
+        return np.array([np.log(p / (1 - p)) for p in (table.get(t.name, self.default) for t in tools)])
+
+
+def _unsure_pipe(first_p: float, second_p: float) -> Pipeline:
+    scorer = _NeedScorer({"create_issue": first_p}, {"create_issue": second_p}, "tracker", default=0.01)
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    return Pipeline(index, scorer, confidence=_logit_only(),
+                    policy=Policy(proceed_threshold=0.85, no_fit_below=0.25, score_top=None))
+
+
+def test_a_sharper_need_never_empties_what_the_first_search_found():
+    """Issue 34: a right first answer at 0.31 whose second search falls to 0.22 (under the floor) keeps the
+    first answer's tools (choose), each with the probability the first search gave it."""
+    pipe = _unsure_pipe(0.31, 0.22)
+    first = pipe.search("open a bug about the login crash", "create an issue")
+    assert first.decision == "search_again" and first.tools[0].tool_id.tool == "create_issue"
+    second = pipe.search("open a bug about the login crash", "file it in the tracker", previous=first)
+    assert second.decision == "choose" and second.attempt == 2
+    assert [t.tool_id for t in second.tools] == [t.tool_id for t in first.tools][:len(second.tools)]
+    assert second.tools[0].probability == pytest.approx(first.tools[0].probability)
+    assert second.best_probability == pytest.approx(first.best_probability)
+    assert "first search" in second.message and second.suggestions == []
+    # with no earlier answer to keep (an old caller passing only the attempt), under the floor is no_fit
+    from types import SimpleNamespace
+    bare = pipe.search("open a bug about the login crash", "file it in the tracker", previous=SimpleNamespace(attempt=1))
+    assert bare.decision == "no_fit" and bare.tools == []
+
+
+def test_the_first_answer_is_kept_only_at_or_above_the_floor_and_never_beyond_eligibility():
+    pipe = _unsure_pipe(0.20, 0.10)   # both under the floor: nothing fits, the answer is empty
+    first = pipe.search("open a bug about the login crash", "create an issue")
+    second = pipe.search("open a bug about the login crash", "file it in the tracker", previous=first)
+    assert second.decision == "no_fit" and second.tools == []
+    pipe = _unsure_pipe(0.31, 0.22)   # a first answer over every server, a second search over Slack alone
+    first = pipe.search("open a bug about the login crash", "create an issue")
+    assert any(t.tool_id.server == "GitHub" for t in first.tools)
+    slack = Eligibility.of(servers=["Slack"])
+    second = pipe.search("open a bug about the login crash", "file it in the tracker", previous=first, eligible=slack)
+    assert all(t.tool_id.server == "Slack" for t in second.tools)
+
+
+def test_a_second_search_at_or_above_the_floor_keeps_its_own_answer():
+    pipe = _unsure_pipe(0.31, 0.60)
+    first = pipe.search("open a bug about the login crash", "create an issue")
+    second = pipe.search("open a bug about the login crash", "file it in the tracker", previous=first)
+    assert second.decision == "choose" and second.best_probability == pytest.approx(0.60, abs=1e-6)
+    assert "first search" not in second.message
+
+
+def test_keep_first_answer_reads_only_plausible_tools():
+    from types import SimpleNamespace as NS
+
+    from retrieval.pipeline.decision import Decided, keep_first_answer
+    catalog = tiny_catalog()
+    tid = next(iter(catalog.tools)).id
+    policy = Policy(proceed_threshold=0.85, no_fit_below=0.25)
+    empty = Decided("no_fit", 0.1, [])
+    prev = NS(tools=[NS(tool_id=ToolId("Nowhere", "x"), probability=0.9, source="ranked"),   # not in the catalog
+                     NS(tool_id=tid, probability=1.7, source="ranked"),                      # not a probability
+                     NS(tool_id=tid, probability=None, source="ranked")])                    # absent: 0
+    assert keep_first_answer(empty, prev, catalog, Eligibility(), policy, 10) is empty
+    prev = NS(tools=[NS(tool_id=tid, probability=0.4, source="ranked"), NS(tool_id=tid, probability=0.3, source="ranked")])
+    kept = keep_first_answer(empty, prev, catalog, Eligibility(), policy, 10)
+    assert kept.decision == "choose" and kept.chosen == [(tid, 0.4, "ranked")]   # once, in the first answer's order
+    proceed = Decided("proceed", 0.9, [(tid, 0.9, "ranked")])
+    assert keep_first_answer(proceed, prev, catalog, Eligibility(), policy, 10) is proceed
+
+
+def test_the_zone_replay_keeps_the_first_answer_like_the_pipeline():
+    from retrieval.evaluation.agent_flow import replay
+    row = {"answerable": True, "best1": 0.31, "best2": 0.22, "right1": True, "right_any1": True, "right2": False}
+    [r] = replay([row], proceed=0.85, floor=0.25)
+    assert r["decision"] == "choose" and r["right_final"] and not r["empty"]
+    [r] = replay([{**row, "best1": 0.20}], proceed=0.85, floor=0.25)
+    assert r["decision"] == "no_fit" and r["empty"]

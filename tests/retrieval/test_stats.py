@@ -77,3 +77,17 @@ def test_the_query_path_does_not_load_the_evaluation_libraries():
             "print('sklearn' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_ece_floor_is_what_a_calibrated_model_reads_at_that_count():
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0.3, 0.95, 100)
+    small = stats.ece_floor(p, draws=300)
+    big = stats.ece_floor(np.tile(p, 10), draws=300)
+    assert 0.04 < small["median"] < 0.12 and small["n"] == 100   # 100 requests: near 0.08, above 0.05
+    assert big["median"] < small["median"] / 2                   # ten times the count: about a third
+    assert small["median"] <= small["p95"]
+    # an ECE far past the calibrated draws has a small p-value, one inside them a large one
+    assert stats.ece_floor(p, observed=0.4, draws=300)["p_value"] < 0.01
+    assert stats.ece_floor(p, observed=small["median"], draws=300)["p_value"] > 0.3
+    assert stats.ece_floor([], draws=10)["n"] == 0

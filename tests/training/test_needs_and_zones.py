@@ -34,9 +34,13 @@ def _row(kind, answerable, best1, best2, right1=True, right2=True):
 
 def test_zones_keep_right_answers_and_stop_no_fit_requests():
     rows = [_row("a", True, 0.9, 0.9), _row("a", True, 0.5, 0.6), _row("a", True, 0.2, 0.3),
-            _row("a", False, 0.3, 0.04, False, False), _row("a", False, 0.6, 0.02, False, False),
+            _row("a", False, 0.1, 0.04, False, False), _row("a", False, 0.12, 0.02, False, False),
             _row("b", True, 0.7, 0.8), _row("b", False, 0.1, 0.03, False, False)]
     chosen = choose_zones(zone_table(rows))
     assert chosen["right_first_end_empty_worst"] <= 0.01
     assert chosen["nofit_proceed_worst"] <= 0.10
     assert chosen["no_fit_below"] <= 0.3 and chosen["nofit_no_fit"] == 1.0
+    # a no-fit request whose first search was sure enough (0.6) keeps that answer (choose) under any floor
+    # that keeps the right answers: the replay follows decision.keep_first_answer
+    sure = choose_zones(zone_table(rows + [_row("a", False, 0.6, 0.02, False, False)]))
+    assert sure["right_first_end_empty_worst"] <= 0.01 and sure["nofit_no_fit"] < 1.0

@@ -1,0 +1,37 @@
+"""The agent flow read against a blind judge (benchmarks/judged_flow.py): a no-fit request that proceeds with a
+tool the judge accepts is not a wrong proceed, twins with no accepted tool are the judged no-fit ones, and the
+first tool counts as right when labelled or accepted."""
+
+from benchmarks.judged_flow import judged_probabilities, judged_report
+
+
+def _row(rid, answerable, best1, tools1, *, decision1="search_again", decision="choose", tools2=(), right1=False,
+         mode="need"):
+    return {"id": rid, "catalog": "c", "mode": mode, "answerable": answerable, "best1": best1, "right1": right1,
+            "decision1": decision1, "decision": decision, "tools1": [list(t) for t in tools1],
+            "tools2": [list(t) for t in tools2]}
+
+
+def test_judged_probabilities_follow_each_requests_numbering():
+    items = [{"id": "a", "candidates": [{"server": "S", "tool": "x"}, {"server": "S", "tool": "y"}]},
+             {"id": "b", "candidates": [{"server": "S", "tool": "x"}]}]
+    answers = {"a": {"id": "a", "n": 2, "p": {"2": 0.9, "7": 1.0}},   # 7 is no candidate: dropped
+               "b": {"id": "b", "n": 3, "p": {"1": 0.9}}}             # another count: the request is left out
+    assert judged_probabilities(items, answers) == {"a": {("S", "x"): 0.0, ("S", "y"): 0.9}}
+
+
+def test_proceeds_and_ece_read_against_the_judge():
+    judged = {"q1": {("S", "x"): 0.9, ("S", "y"): 0.0},     # a look-alike fits: proceeding is right
+              "q2": {("S", "x"): 0.1, ("S", "y"): 0.2},     # nothing fits: a wrong proceed
+              "q3": {("S", "x"): 0.0},                      # nothing fits, no proceed
+              "a1": {("S", "x"): 0.8, ("S", "z"): 1.0}}     # answerable: the first tool is not labelled but fits
+    rows = [_row("q1:none", False, 0.9, [("S", "x")], decision1="proceed", decision="proceed"),
+            _row("q2:none", False, 0.5, [("S", "y")], tools2=[("S", "x")], decision="proceed"),
+            _row("q3:none", False, 0.2, [("S", "x")], decision="no_fit"),
+            _row("a1", True, 0.7, [("S", "x"), ("S", "z")])]
+    rep = judged_report(rows, judged, {"a1": [("S", "z")]})["c"]["need"]
+    assert rep["no_fit_judged"] == 3 and rep["nofit_proceed"] == 2 / 3
+    assert rep["nofit_wrong_proceed"] == 1 / 3 and rep["nofit_proceed_fitting"] == 1 / 3
+    assert rep["judged_no_fit"] == 2 and rep["judged_no_fit_proceed"] == 1 / 2 and rep["judged_no_fit_end_no_fit"] == 1 / 2
+    assert rep["rank1_strict"] == 0.0 and rep["rank1_fits"] == 1.0 and rep["label_judged_fit"] == 1.0
+    assert rep["ece_strict"] == 0.7 and abs(rep["ece_fits"] - 0.3) < 1e-9
