@@ -26,7 +26,7 @@ if __package__ in (None, ""):   # run as a file: the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import ROOT, environment_stamp, stamp_figure, stamp_line, write_result  # noqa: E402
 
-from retrieval.evaluation.agent_flow import MODES, flow_report, format_flow, run_flow  # noqa: E402
+from retrieval.evaluation.agent_flow import MODES, flow_report, format_flow, run_flow, shippable_rows  # noqa: E402
 from training.flow_cases import NEEDS, SETS, corpus_cases, load_needs, mcpzero_cases  # noqa: E402
 
 def plot_reliability(rows: list[dict], path: Path, mode: str = "need") -> Path | None:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_flow(rep))
     print(stamp_line(environment))
     out = a.out or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
-    write_result(out, {**stamp, "environment": environment, "report": rep, "rows": rows}, indent=0)
+    write_result(out, {**stamp, "environment": environment, "report": rep, "rows": shippable_rows(rows)}, indent=0)
     for mode in modes:
         png = plot_reliability(rows, out.with_name(f"{out.stem}_reliability_{mode}.png"), mode)
         if png:

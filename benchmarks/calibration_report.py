@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"calibration of the best probability, first search, day one: {stamp}\n")
     print(format_summary(rep))
     print(stamp_line(environment))
-    write_result(a.out, {**stamp, "environment": environment, "report": rep, "rows": rows}, indent=0)
+    from retrieval.evaluation.agent_flow import shippable_rows
+
+    write_result(a.out, {**stamp, "environment": environment, "report": rep, "rows": shippable_rows(rows)}, indent=0)
     for mode in modes:
         png = plot_reliability(rows, a.out.with_name(f"{a.out.stem}_reliability_{mode}.png"), mode)
         if png:

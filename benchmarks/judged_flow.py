@@ -40,11 +40,7 @@ if __package__ in (None, ""):   # run as a file: the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
-FITS = 0.5
-
-
-def _base(case_id: str) -> str:
-    return case_id[:-5] if case_id.endswith(":none") else case_id
+from retrieval.evaluation.judged import FITS, base_id as _base, judged_probabilities  # noqa: E402,F401
 
 
 def _labels() -> dict[str, list[tuple[str, str]]]:
@@ -57,7 +53,7 @@ def _labels() -> dict[str, list[tuple[str, str]]]:
     for q in [*load_queries(QUESTIONS), *load_queries(INDEPENDENT, split="independent")]:
         out[q.id] = sorted((t.server, t.tool) for t in q.lenient_targets)
     for name, spec in CORPORA.items():
-        if spec.use == "dev":
+        if spec.use in ("dev", "train"):   # the report set's corpora and the fit set's
             for q in load_corpus(name).questions:
                 out[q.id] = sorted((t.server, t.tool) for t in q.lenient_targets)
     return out
@@ -65,43 +61,50 @@ def _labels() -> dict[str, list[tuple[str, str]]]:
 
 def mine(a: argparse.Namespace) -> int:
     from retrieval.catalog.model import ToolId
-    from retrieval.evaluation.corpora import load_corpus
+    from retrieval.evaluation.corpora import load_corpus, shippable_tool
     from retrieval.index.default import load_or_build_default
     from retrieval.jsonl import write_jsonl
     from training.refresh_lists import batch_text, seed_of
 
     rows = json.loads(a.flow.read_text())["rows"]
     labels = _labels()
-    items: dict[str, dict] = {}
-    for r in rows:
-        base = _base(r["id"])
-        item = items.setdefault(base, {"id": base, "catalog": r["catalog"], "cands": []})
-        lists = [r.get("tools1", []), r.get("tools2", [])]
-        if r["answerable"]:
-            lists.append(labels.get(base, []))
-        for lst in lists:
-            for server, tool in lst:
-                if [server, tool] not in item["cands"]:
-                    item["cands"].append([server, tool])
     catalogs: dict[str, object] = {}
-    out, texts = [], {}
-    for base, item in items.items():
-        kind = item["catalog"]
+    real: dict[str, dict[tuple[str, str], list[str]]] = {}   # per kind: a result file's tool -> the catalog's
+
+    def catalog_of(kind: str):
         if kind not in catalogs:
             catalogs[kind] = (load_or_build_default(with_examples=False, show_progress=True).catalog
                               if kind == "mcpzero-org" else load_corpus(kind).catalog)
-        catalog = catalogs[kind]
-        cands = [c for c in item["cands"] if ToolId(*c) in catalog]
+            real[kind] = {tuple(shippable_tool(kind, (t.id.server, t.id.tool))): [t.id.server, t.id.tool]
+                          for t in catalogs[kind].tools}
+        return catalogs[kind]
+
+    items: dict[str, dict] = {}
+    for r in rows:
+        base, kind = _base(r["id"]), r["catalog"]
+        catalog_of(kind)
+        item = items.setdefault(base, {"id": base, "catalog": kind, "cands": []})
+        lists = [r.get("tools1", []), r.get("tools2", [])]
+        if r["answerable"]:
+            lists.append([shippable_tool(kind, t) for t in labels.get(base, [])])
+        for lst in lists:
+            for t in lst:
+                name = real[kind].get(tuple(t))   # rows hold digests where the corpus has no licence
+                if name is not None and name not in item["cands"]:
+                    item["cands"].append(name)
+    out, texts = [], {}
+    for base, item in items.items():
+        kind = item["catalog"]
+        cands = [c for c in item["cands"] if ToolId(*c) in catalog_of(kind)]
         if not cands:
             continue
         random.Random(seed_of(base)).shuffle(cands)
-        out.append({"id": base, "catalog": kind, "query": None,
-                    "candidates": [{"server": s, "tool": t} for s, t in cands]})
+        out.append({"id": base, "catalog": kind, "query": None, "candidates": [{"server": s, "tool": t} for s, t in cands]})
     queries = _queries(a.flow, {o["id"] for o in out})
     for o in out:
         o["query"] = queries[o["id"]]
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(a.out, out)
+    write_jsonl(a.out, shippable_items(out))   # the judge's batches (below) read the real texts
     print(f"{len(out)} requests, {sum(len(o['candidates']) for o in out)} candidates -> {a.out}", file=sys.stderr)
     if a.batches:
         a.batches.mkdir(parents=True, exist_ok=True)
@@ -119,6 +122,116 @@ def mine(a: argparse.Namespace) -> int:
     return 0
 
 
+def mine_tail(a: argparse.Namespace) -> int:
+    """Judge items of the candidates just past the scored head (ranks 11-20 by default), the answerable requests
+    of one mode: what the probabilities past the head claim, read against what fits."""
+    from retrieval.catalog.model import ToolId
+    from retrieval.evaluation.corpora import load_corpus, shippable_tool
+    from retrieval.index.default import load_or_build_default
+    from retrieval.jsonl import write_jsonl
+    from training.refresh_lists import batch_text, seed_of
+
+    rows = [r for r in json.loads(a.flow.read_text())["rows"]
+            if r["answerable"] and r["mode"] == a.mode and r.get("tail_ids")]
+    catalogs: dict[str, object] = {}
+    out = []
+    for r in rows:
+        kind = r["catalog"]
+        if kind not in catalogs:
+            cat = (load_or_build_default(with_examples=False, show_progress=True).catalog
+                   if kind == "mcpzero-org" else load_corpus(kind).catalog)
+            catalogs[kind] = (cat, {tuple(shippable_tool(kind, (t.id.server, t.id.tool))): [t.id.server, t.id.tool]
+                                    for t in cat.tools})
+        cat, real = catalogs[kind]
+        cands = [real[tuple(t)] for t in r["tail_ids"] if tuple(t) in real and ToolId(*real[tuple(t)]) in cat]
+        random.Random(seed_of("tail:" + r["id"])).shuffle(cands)
+        out.append({"id": r["id"], "catalog": kind, "query": None,
+                    "candidates": [{"server": s_, "tool": t_} for s_, t_ in cands]})
+    queries = _queries(a.flow, {o["id"] for o in out})
+    for o in out:
+        o["query"] = queries[o["id"]]
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(a.out, shippable_items(out))
+    if a.batches:
+        a.batches.mkdir(parents=True, exist_ok=True)
+        order = list(out)
+        random.Random(35).shuffle(order)
+        size = -(-len(order) // a.n_batches)
+        for b in range(a.n_batches):
+            part = order[b * size:(b + 1) * size]
+            if part:
+                text = "\n".join(batch_text([o], catalogs[o["catalog"]][0]) for o in part)
+                (a.batches / f"batch_{b + 1:02d}.txt").write_text(text, encoding="utf-8")
+    print(f"{len(out)} requests, {sum(len(o['candidates']) for o in out)} candidates past the head -> {a.out}",
+          file=sys.stderr)
+    return 0
+
+
+def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int = 10) -> dict[str, dict]:
+    """Per catalog kind, ranks 11 to 10 + ``ranks`` of the answerable requests: the mean predicted probability,
+    the share labelled, the share labelled or judged to fit, and predicted over each."""
+    import numpy as np
+
+    out: dict[str, dict] = {}
+    for kind in sorted({r["catalog"] for r in rows}):
+        pred, lab, fit, judge = [], [], [], []
+        for r in rows:
+            if r["catalog"] != kind or r["mode"] != mode or not r["answerable"] or r["id"] not in judged:
+                continue
+            j = judged[r["id"]]
+            for p, f, t in zip(r["tail_p"][:ranks], r["tail_fit"][:ranks], r["tail_ids"][:ranks]):
+                pred.append(p)
+                lab.append(bool(f))
+                judge.append(j.get(tuple(t), 0.0) >= FITS)
+                fit.append(bool(f) or judge[-1])
+        if not pred:
+            continue
+        mp, ml, mf, mj = float(np.mean(pred)), float(np.mean(lab)), float(np.mean(fit)), float(np.mean(judge))
+        out[kind] = {"candidates": len(pred), "predicted": mp, "labelled": ml, "fits": mf, "judged": mj,
+                     "labelled_n": int(sum(lab)), "fits_n": int(sum(fit)), "judged_n": int(sum(judge)),
+                     "labelled_judged_n": int(sum(a and b for a, b in zip(lab, judge))),
+                     "ratio_labelled": mp / ml if ml else float("inf"), "ratio_fits": mp / mf if mf else float("inf"),
+                     "ratio_judged": mp / mj if mj else float("inf")}
+    return out
+
+
+def report_tail(a: argparse.Namespace) -> int:
+    from retrieval.jsonl import read_jsonl
+
+    items = [r for _, r in read_jsonl(a.items)]
+    judged = judged_probabilities(items, {str(r["id"]): r for path in a.judged for _, r in read_jsonl(path)})
+    flow = json.loads(a.flow.read_text())
+    rep = tail_report(flow["rows"], judged, a.mode)
+    write_result(a.out, {"environment": environment_stamp(), "flow": a.flow.name, "mode": a.mode,
+                         "judged": len(judged), "report": rep}, indent=1)
+    print(f"ranks 11-20 of the first search ({a.mode}), {len(judged)} requests judged: predicted against observed\n")
+    print("| catalog | candidates | predicted | labelled (n; judged to fit) | judged to fit (n) | labelled or judged (n) | "
+          "pred / labelled | pred / judged | pred / either |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, r in rep.items():
+        print(f"| {kind} | {r['candidates']} | {r['predicted']:.4f} | {r['labelled']:.4f} ({r['labelled_n']}; "
+              f"{r['labelled_judged_n']}) | {r['judged']:.4f} ({r['judged_n']}) | {r['fits']:.4f} ({r['fits_n']}) | "
+              f"{r['ratio_labelled']:.2f} | {r['ratio_judged']:.2f} | {r['ratio_fits']:.2f} |")
+    print(stamp_line(environment_stamp()))
+    return 0
+
+
+def shippable_items(items: list[dict]) -> list[dict]:
+    """Items as the repository may hold them: a corpus without a licence keeps ids and candidate digests only
+    (the digests the agent-flow rows hold, so the judge's answers still line up)."""
+    from retrieval.evaluation.corpora import shippable, shippable_tool
+
+    out = []
+    for it in items:
+        if shippable(it["catalog"]):
+            out.append(it)
+            continue
+        cands = [dict(zip(("server", "tool"), shippable_tool(it["catalog"], (c["server"], c["tool"]))))
+                 for c in it["candidates"]]
+        out.append({**it, "query": None, "candidates": cands})
+    return out
+
+
 def _queries(flow: Path, ids: set[str]) -> dict[str, str]:
     """The request text of each judged id, rebuilt from the same sources the flow cases read."""
     from retrieval.evaluation.corpora import CORPORA, load_corpus
@@ -132,31 +245,13 @@ def _queries(flow: Path, ids: set[str]) -> dict[str, str]:
     for _, row in read_jsonl(NOFIT):
         out[str(row["id"])] = row["query"]
     for name, spec in CORPORA.items():
-        if spec.use == "dev":
+        if spec.use in ("dev", "train"):   # the report set's corpora and the fit set's
             for q in load_corpus(name).questions:
                 out[q.id] = q.query
     missing = ids - set(out)
     if missing:
         raise SystemExit(f"error: no request text for {len(missing)} ids (e.g. {sorted(missing)[:3]})")
     return {i: out[i] for i in ids}
-
-
-def judged_probabilities(items: list[dict], answers: dict[str, dict]) -> dict[str, dict[tuple[str, str], float]]:
-    """Per request id, the judge's probability for each candidate it saw (a request whose answer counted
-    another number of candidates is left out: the numbers would not line up)."""
-    out: dict[str, dict[tuple[str, str], float]] = {}
-    for it in items:
-        ans = answers.get(it["id"])
-        n = len(it["candidates"])
-        if ans is None or int(ans.get("n", -1)) != n:
-            continue
-        p = {(c["server"], c["tool"]): 0.0 for c in it["candidates"]}
-        for k, v in (ans.get("p") or {}).items():
-            if str(k).isdigit() and 1 <= int(k) <= n:
-                c = it["candidates"][int(k) - 1]
-                p[(c["server"], c["tool"])] = float(v)
-        out[it["id"]] = p
-    return out
 
 
 def judged_report(rows: list[dict], judged: dict[str, dict[tuple[str, str], float]],
@@ -166,6 +261,7 @@ def judged_report(rows: list[dict], judged: dict[str, dict[tuple[str, str], floa
     import numpy as np
 
     from retrieval.evaluation.agent_flow import MODES
+    from retrieval.evaluation.corpora import shippable_tool
     from retrieval.evaluation.stats import ece, ece_floor
 
     def fits(case_id: str, tool) -> bool | None:
@@ -207,9 +303,9 @@ def judged_report(rows: list[dict], judged: dict[str, dict[tuple[str, str], floa
                             "ece_strict": float(ece(best, strict)), "ece_fits": float(ece(best, either)),
                             "ece_calibrated_median": floor["median"], "ece_calibrated_p95": floor["p95"],
                             "mean_best": float(best.mean()),
-                            "label_judged_fit": float(np.mean([max((judged[_base(r["id"])].get(t, 0.0)
-                                                                    for t in labels.get(_base(r["id"]), [])),
-                                                                   default=0.0) >= FITS for r in ans]))})
+                            "label_judged_fit": float(np.mean([max((judged[_base(r["id"])].get(
+                                tuple(shippable_tool(kind, t)), 0.0) for t in labels.get(_base(r["id"]), [])),
+                                default=0.0) >= FITS for r in ans]))})
             out.setdefault(kind, {})[mode] = rep
     return out
 
@@ -270,8 +366,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--judged", type=Path, nargs="+", required=True)
     r.add_argument("--second", type=Path, nargs="*")
     r.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_flow.json")
+    t = sub.add_parser("mine-tail", help="the judge's batches of the candidates past the scored head")
+    t.add_argument("--flow", type=Path, required=True)
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--batches", type=Path)
+    t.add_argument("--n-batches", type=int, default=8)
+    t.add_argument("--mode", default="need")
+    rt = sub.add_parser("report-tail", help="ranks 11-20 read against the judge's answers")
+    rt.add_argument("--flow", type=Path, required=True)
+    rt.add_argument("--items", type=Path, required=True)
+    rt.add_argument("--judged", type=Path, nargs="+", required=True)
+    rt.add_argument("--mode", default="need")
+    rt.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_tail.json")
     a = p.parse_args(argv)
-    return mine(a) if a.cmd == "mine" else report(a)
+    return {"mine": mine, "report": report, "mine-tail": mine_tail, "report-tail": report_tail}[a.cmd](a)
 
 
 if __name__ == "__main__":

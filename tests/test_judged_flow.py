@@ -35,3 +35,31 @@ def test_proceeds_and_ece_read_against_the_judge():
     assert rep["judged_no_fit"] == 2 and rep["judged_no_fit_proceed"] == 1 / 2 and rep["judged_no_fit_end_no_fit"] == 1 / 2
     assert rep["rank1_strict"] == 0.0 and rep["rank1_fits"] == 1.0 and rep["label_judged_fit"] == 1.0
     assert rep["ece_strict"] == 0.7 and abs(rep["ece_fits"] - 0.3) < 1e-9
+
+
+def test_results_of_a_corpus_without_a_licence_keep_digests_that_still_line_up():
+    from benchmarks.judged_flow import shippable_items
+    from retrieval.evaluation.agent_flow import shippable_rows
+    from retrieval.evaluation.corpora import shippable, shippable_tool
+
+    assert shippable("api_bank") and shippable("mcpzero-org") and not shippable("ultratool")
+    assert shippable_tool("api_bank", ("S", "x")) == ["S", "x"]
+    digest = shippable_tool("ultratool", ("S", "x"))
+    assert digest[0] == "sha1" and "x" not in digest[1] and digest == shippable_tool("ultratool", ["S", "x"])
+    rows = [_row("u1:none", False, 0.9, [("S", "x")], decision1="proceed", decision="proceed") | {"catalog": "ultratool"}]
+    items = [{"id": "u1", "catalog": "ultratool", "query": "secret text", "candidates": [{"server": "S", "tool": "x"}]}]
+    rows, items = shippable_rows(rows), shippable_items(items)
+    assert rows[0]["tools1"] == [digest] and items[0]["query"] is None and "secret" not in str(items)
+    judged = judged_probabilities(items, {"u1": {"id": "u1", "n": 1, "p": {"1": 0.9}}})
+    rep = judged_report(rows, judged, {})["ultratool"]["need"]
+    assert rep["nofit_proceed"] == 1.0 and rep["nofit_wrong_proceed"] == 0.0   # the digests still match
+
+
+def test_the_tail_is_read_against_labels_and_the_judge():
+    from benchmarks.judged_flow import tail_report
+
+    row = {"id": "a1", "catalog": "c", "mode": "need", "answerable": True, "tail_p": [0.1, 0.1, 0.1, 0.1],
+           "tail_fit": [True, False, False, False], "tail_ids": [["S", "a"], ["S", "b"], ["S", "c"], ["S", "d"]]}
+    rep = tail_report([row], {"a1": {("S", "b"): 0.8, ("S", "c"): 0.2}})["c"]
+    assert rep["candidates"] == 4 and rep["labelled_n"] == 1 and rep["fits_n"] == 2
+    assert abs(rep["ratio_labelled"] - 0.4) < 1e-9 and abs(rep["ratio_fits"] - 0.2) < 1e-9

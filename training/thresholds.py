@@ -49,11 +49,24 @@ def best_probabilities(pipe, queries) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(fit), np.asarray(none)
 
 
-def zone_table(rows: list[dict], proceeds=None, floors=None) -> list[dict]:
+def proceeded_with(row: dict) -> list | None:
+    """The tool a replayed row proceeded with: the first search's first tool, or the second's."""
+    tools = row.get("tools1") if row["decision1"] == "proceed" else row.get("tools2")
+    return tools[0] if tools else None
+
+
+def zone_table(rows: list[dict], proceeds=None, floors=None, fits=None) -> list[dict]:
     """Every (proceed threshold, no-fit floor) pair replayed over agent-flow rows run with
     ``--always-second`` (benchmarks/agent_flow.py --set fit): per pair, over all catalog kinds and modes
-    pooled with equal weight per kind, the shares an agent sees."""
+    pooled with equal weight per kind, the shares an agent sees.
+
+    ``fits(row, tool)``: a blind judge's verdict on the tool a row proceeded with (True, False, or None when
+    not judged); with it a proceed is right when the tool is labelled *or* judged to fit, so a no-fit twin that
+    proceeds with a look-alike the judge accepts is no wrong proceed (an unjudged one counts as wrong)."""
     from retrieval.evaluation.agent_flow import replay
+
+    def right(r: dict) -> bool:
+        return bool(r["right_final"]) or (fits is not None and bool(fits(r, proceeded_with(r))))
 
     proceeds = proceeds if proceeds is not None else np.round(np.arange(0.50, 0.955, 0.01), 2)
     floors = floors if floors is not None else np.round([0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5], 2)
@@ -70,11 +83,11 @@ def zone_table(rows: list[dict], proceeds=None, floors=None) -> list[dict]:
                 none = [r for r in rs if not r["answerable"]]
                 right1 = [r for r in ans if r["right1"]]
                 per.append({
-                    "proceed_right": np.mean([r["decision"] == "proceed" and r["right_final"] for r in ans]),
-                    "proceed_wrong": np.mean([r["decision"] == "proceed" and not r["right_final"] for r in ans]),
+                    "proceed_right": np.mean([r["decision"] == "proceed" and right(r) for r in ans]),
+                    "proceed_wrong": np.mean([r["decision"] == "proceed" and not right(r) for r in ans]),
                     "right_first_end_empty": np.mean([r["empty"] for r in right1]) if right1 else 0.0,
                     "end_empty": np.mean([r["empty"] for r in ans]),
-                    "nofit_proceed": np.mean([r["decision"] == "proceed" for r in none]) if none else 0.0,
+                    "nofit_proceed": np.mean([r["decision"] == "proceed" and not right(r) for r in none]) if none else 0.0,
                     "nofit_no_fit": np.mean([r["decision"] == "no_fit" for r in none]) if none else 0.0,
                 })
             row = {"proceed_threshold": float(t), "no_fit_below": float(f)}
@@ -104,29 +117,29 @@ def choose_zones(table: list[dict], *, max_right_empty: float = 0.0, max_nofit_p
     return max(safe, key=lambda r: (r["nofit_no_fit"], -r["no_fit_below"]))
 
 
-def carry_rows(rows: list[dict], calibration_path: Path) -> list[dict]:
-    """The rows' first and second best probabilities as a shipped catalog calibration serves them
-    (``training/catalog_calibration.py``); rows are measured before it."""
-    from retrieval.pipeline.confidence import CatalogCalibration
+def judged_fits(items: Path, judged: list[Path]):
+    """``fits(row, tool)`` from a blind judge's answers (``benchmarks/judged_flow.py``; None: not judged)."""
+    from retrieval.evaluation.judged import FITS, base_id, judged_probabilities
+    from retrieval.jsonl import read_jsonl
 
-    cal = CatalogCalibration.load(calibration_path)
-    out = []
-    for r in rows:
-        n = int(r.get("n_eligible", 1))
-        r = dict(r, best1=float(cal.apply([r["best1"]], n)[0]))
-        if "best2" in r:
-            r["best2"] = float(cal.apply([r["best2"]], n)[0])
-        out.append(r)
-    return out
+    probs = judged_probabilities([r for _, r in read_jsonl(items)],
+                                 {str(r["id"]): r for path in judged for _, r in read_jsonl(path)})
+
+    def fits(row: dict, tool) -> bool | None:
+        p = probs.get(base_id(row["id"]))
+        return None if p is None or tool is None else p.get(tuple(tool), 0.0) >= FITS
+    return fits, len(probs)
 
 
-def flow_main(path: Path, json_out: Path | None, carry: Path | None = None) -> int:
+def flow_main(path: Path, json_out: Path | None, items: Path | None = None, judged: list[Path] | None = None) -> int:
     data = json.loads(path.read_text())
     rows = data["rows"]
-    if carry is not None and carry.is_file():
-        rows = carry_rows(rows, carry)
-        print(f"(best probabilities carried by {carry})")
-    table = zone_table(rows)
+    fits = None
+    if items and judged:
+        fits, n = judged_fits(items, judged)
+        print(f"(proceeds read against a blind judge: {n} requests judged; a no-fit request proceeding with a tool "
+              "the judge accepts is not a wrong proceed)")
+    table = zone_table(rows, fits=fits)
     chosen = choose_zones(table)
     print(f"decision zones replayed over {len(rows)} agent-flow rows ({path.name}; catalog kinds: "
           f"{', '.join(sorted({r['catalog'] for r in rows}))}; means over kinds, worst kind in brackets)")
@@ -153,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--flow", type=Path, help="agent-flow rows (benchmarks/agent_flow.py --set fit --always-second): "
                    "choose the proceed threshold and the no-fit floor on them instead")
-    p.add_argument("--carry", type=Path, help="a catalog_calibration.json the rows' probabilities pass through first "
-                   "(absent file: none)")
+    p.add_argument("--judged-items", type=Path, help="with --flow: the judge's items (benchmarks/judged_flow.py mine)")
+    p.add_argument("--judged", type=Path, nargs="*", help="with --flow: the judge's answers; proceeds are read against them")
     p.add_argument("--model", type=Path)
     p.add_argument("--split", default="dev")
     p.add_argument("--json", type=Path)
@@ -162,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="only the first N questions (the calibration fit's subset)")
     a = p.parse_args(argv)
     if a.flow:
-        return flow_main(a.flow, a.json, a.carry)
+        return flow_main(a.flow, a.json, a.judged_items, a.judged)
     from retrieval.pipeline.flow import load_pipeline
 
     pipe = load_pipeline(model_dir=a.model or None)  # with the public registry, as deployed

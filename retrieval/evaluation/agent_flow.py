@@ -29,7 +29,7 @@ from retrieval.catalog.eligibility import Eligibility
 from retrieval.catalog.model import ToolId
 from .stats import ece
 
-__all__ = ["Case", "Mode", "MODES", "run_case", "run_flow", "replay", "flow_report", "format_flow"]
+__all__ = ["Case", "Mode", "MODES", "run_case", "run_flow", "replay", "flow_report", "format_flow", "shippable_rows"]
 
 Mode = Literal["need", "late_need", "request_only"]
 MODES: tuple[Mode, ...] = ("need", "late_need", "request_only")
@@ -98,6 +98,7 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
         row["head_p"] = [round(float(x), 6) for x in p[:top]]
         row["tail_p"] = [round(float(x), 6) for x in p[top:]]
         row["tail_fit"] = [h.tool_id in case.targets for h in hits[top:]]
+        row["tail_ids"] = [[h.tool_id.server, h.tool_id.tool] for h in hits[top:top + 10]]   # a judge reads these
         tail_model = getattr(pipe, "tail_confidence", None)
         if tail_model is not None:   # the retrieval-only probability, uncapped (what a tail fit reads), as served
             names = pipe._matchers(case.eligible)[2]
@@ -205,3 +206,22 @@ def format_flow(rep: dict[str, dict[str, dict]]) -> str:
                 f"{r['right_first_end_empty']:.1%} ({r['right_first_end_empty_n']}/{r['right1_n']}) | "
                 f"{r['nofit_proceed']:.1%} / {r['nofit_end_no_fit']:.1%} | {r['ece_best']:.3f} | {tail} |")
     return "\n".join(lines)
+
+
+def shippable_rows(rows: Sequence[dict]) -> list[dict]:
+    """The rows as a result file in the repository may hold them: the tool names of a corpus without a licence
+    (``corpora.shippable``) replaced by stable digests, which still match the judge's items (same digests)."""
+    from .corpora import shippable, shippable_tool
+
+    out = []
+    for r in rows:
+        if shippable(r["catalog"]):
+            out.append(r)
+            continue
+        r = dict(r)
+        for key in ("tools1", "tools2", "tail_ids"):
+            if key in r:
+                r[key] = [shippable_tool(r["catalog"], t) for t in r[key]]
+        out.append(r)
+    return out
+

@@ -17,15 +17,17 @@ reported per writer; a corpus without a licence is never in a shipped model's tr
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Sequence
 
 from retrieval.catalog.model import Catalog, CatalogError, Tool, ToolId
 from retrieval.jsonl import read_jsonl
 from .harness import Query
 
-__all__ = ["CORPORA", "Corpus", "CorpusInfo", "load_corpus", "corpora_root", "TRAIN_CORPORA", "DEV_CORPORA"]
+__all__ = ["CORPORA", "Corpus", "CorpusInfo", "load_corpus", "corpora_root", "TRAIN_CORPORA", "DEV_CORPORA",
+           "shippable", "shippable_tool"]
 
 Use = Literal["train", "dev"]
 
@@ -56,6 +58,21 @@ CORPORA: dict[str, CorpusInfo] = {
     "gorilla_apibench": CorpusInfo("Apache-2.0", "GPT-4 self-instruct", "dev", "re-packaged by ToolRet (evaluation-only)"),
 }
 TRAIN_CORPORA = tuple(n for n, c in CORPORA.items() if c.use == "train")
+
+
+def shippable(kind: str) -> bool:
+    """Whether a catalog kind's texts and tool names may be written into the repository (a corpus with a
+    licence, or toolrank's own MCP-Zero catalogs); results of the others keep ids and digests only."""
+    info = CORPORA.get(kind)
+    return info is None or info.licence != "none stated"
+
+
+def shippable_tool(kind: str, tool: Sequence[str]) -> list[str]:
+    """``[server, tool]`` as a result file may hold it: unchanged where :func:`shippable`, else a stable
+    digest (``["sha1", "<12 hex>"]``) that still matches itself across result files."""
+    if shippable(kind):
+        return [str(tool[0]), str(tool[1])]
+    return ["sha1", hashlib.sha1(f"{tool[0]}\x1f{tool[1]}".encode()).hexdigest()[:12]]
 DEV_CORPORA = tuple(n for n, c in CORPORA.items() if c.use == "dev")
 
 

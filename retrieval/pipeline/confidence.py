@@ -45,7 +45,7 @@ from scorer.calibration import sigmoid
 if TYPE_CHECKING:
     from scorer import Scorer
 
-__all__ = ["FEATURES", "RETRIEVAL_FEATURES", "EXPERIMENTAL_FEATURES", "ConfidenceModel", "ListCalibration", "TailCalibration", "TAIL_FILE", "CatalogCalibration", "CATALOG_FILE",
+__all__ = ["FEATURES", "RETRIEVAL_FEATURES", "EXPERIMENTAL_FEATURES", "ConfidenceModel", "ListCalibration", "TailCalibration", "TAIL_FILE",
            "candidate_features", "combiner_file", "head_fits",
            "default_confidence_path", "first_logits"]
 
@@ -307,44 +307,7 @@ def head_fits(head_p: np.ndarray | None) -> float:
 
 
 TAIL_FILE = "tail_calibration.json"
-CATALOG_FILE = "catalog_calibration.json"
 
-
-@dataclass(frozen=True)
-class CatalogCalibration:
-    """The day-one probabilities carried from the catalog they were fitted on to catalogs shaped like users':
-    ``q = sigmoid(a * logit(p) + c * log(eligible tools) + b)`` over the candidates the cross-encoder read.
-
-    The day-one confidence model is fitted on MCP-Zero dev questions over the whole shipped catalog
-    (about 3,000 tools); on a catalog of 10-300 tools the same evidence is right more often, and its best
-    probability read 0.05-0.16 under the observed rate on held-out catalogs (0.12.0). Fitted on the first
-    searches of the fit catalogs' agent-flow rows (MCP-Zero dev organisations and the training corpora,
-    ``training/catalog_calibration.py``), chosen by leaving one catalog kind out; ``a > 0``: within one
-    search the order never changes. ``fitted_on`` says on what."""
-
-    a: float
-    b: float
-    c: float = 0.0
-    fitted_on: str = ""
-
-    def __post_init__(self) -> None:
-        if not (np.isfinite(self.a) and np.isfinite(self.b) and np.isfinite(self.c) and self.a > 0):
-            raise ValueError(f"a catalog calibration needs finite weights and a > 0, got a={self.a}, b={self.b}, c={self.c}")
-
-    def apply(self, p: np.ndarray | Sequence[float], n_eligible: int) -> np.ndarray:
-        x = np.clip(np.asarray(p, dtype=np.float64), 1e-6, 1 - 1e-6)
-        return sigmoid(self.a * np.log(x / (1 - x)) + self.c * np.log(max(int(n_eligible), 1)) + self.b)
-
-    @classmethod
-    def load(cls, path: str | Path) -> "CatalogCalibration":
-        try:
-            d = json.loads(Path(path).read_text())
-            return cls(float(d["a"]), float(d["b"]), float(d.get("c", 0.0)), str(d.get("fitted_on", "")))
-        except (OSError, KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: malformed catalog calibration ({exc})") from None
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=1))
 
 
 def first_logits(scorer: "Scorer", request: str, need: str | None, tools: Sequence[Tool],

@@ -50,7 +50,11 @@ class Policy:
     the agent's need (README, "Decision zones"; ``training/thresholds.py``).
     """
 
-    proceed_threshold: float = 0.83   # chosen on the agent flow over the fit catalogs: no-fit proceeds <= 10% on every kind (zones_fit.md)
+    # chosen on the agent flow over the fit catalogs: no-fit requests proceeding <= 10% on every kind (zones_fit.md);
+    # read against a blind judge the same rule picks 0.80 (zones_fit_judged.md), which proceeds rightly 8-16
+    # points more often on the held-out catalogs but lets RestBench's judged no-fit requests proceed 12%: a
+    # tenant override (docs/results.md, "Release 0.13.0")
+    proceed_threshold: float = 0.83
     # The second attempt's no-fit floor: under it, no_fit; between it and proceed_threshold, choose.
     # Both chosen on the agent flow over catalogs shaped like users' (MCP-Zero dev organisations and the
     # five training corpora, day one, with and without a need): benchmarks/results/zones_fit.md.

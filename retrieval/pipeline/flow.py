@@ -31,8 +31,8 @@ from retrieval.shortcuts.always_available import AlwaysAvailable
 from retrieval.shortcuts.exact_names import ExactNameMatcher
 from retrieval.shortcuts.server_mentions import ServerMentionMatcher
 
-from .confidence import (CATALOG_FILE, TAIL_FILE, CatalogCalibration, ConfidenceModel, TailCalibration, combiner_file,
-                         default_confidence_path, first_logits)
+from .confidence import (TAIL_FILE, ConfidenceModel, TailCalibration, combiner_file, default_confidence_path,
+                         first_logits)
 from .decision import KEPT_MESSAGE, Decided, Policy, best_first, decide_search, keep_first_answer, message
 from .definitions import FORMATS, Format, build_definitions
 from .explain import explanation, query_terms
@@ -168,12 +168,6 @@ class Pipeline:
         tail_file = Path(getattr(scorer, "path", None) or "") / TAIL_FILE if scorer is not None else None
         self.tail_calibration = TailCalibration.load(tail_file) \
             if self.tail_confidence is not None and tail_file is not None and tail_file.is_file() else None
-        # Day one (no example requests), the read candidates' probabilities carried to the catalog's size
-        # where a catalog_calibration.json is shipped (fitted on catalogs shaped like users').
-        catalog_file = tail_file.with_name(CATALOG_FILE) if tail_file is not None else None
-        self.catalog_calibration = CatalogCalibration.load(catalog_file) \
-            if (not self._confidence_given and not examples_kind and confidence.uses_logit
-                and catalog_file is not None and catalog_file.is_file()) else None
         self.tokens = token_counter or TokenCounter()
         self._matchers_version = -1
         self._catalog_tokens: dict[tuple, int] = {}
@@ -303,8 +297,7 @@ class Pipeline:
         tail_applies = (self.tail_confidence is not None and logits is not None and score_top is not None
                         and score_top < len(hits))
         # the eligible count is looked up only where a model reads the catalog's size
-        carried = self.catalog_calibration is not None and logits is not None
-        needs_count = (self.confidence.uses_eligible or (noex is not None and noex.uses_eligible) or carried
+        needs_count = (self.confidence.uses_eligible or (noex is not None and noex.uses_eligible)
                        or (tail_applies and (self.tail_calibration is not None or self.tail_confidence.uses_eligible)))
         n_eligible = self._eligible_count(catalog, eligible) if needs_count else None
         p = self.confidence.probabilities(hits, logits, named, mentioned, n_eligible)
@@ -326,10 +319,6 @@ class Pipeline:
                 p[score_top:] = self.tail_calibration.probabilities(tail, ranks, count, p[:score_top])
             else:   # no tail calibration shipped: the retrieval-only probability, under every scored one
                 p[score_top:] = np.minimum(tail, p[:score_top].min())
-        if carried:   # after the tail, which reads the head as its model was fitted (uncarried)
-            head = len(p) if score_top is None else min(score_top, len(p))
-            p = p.copy()
-            p[:head] = self.catalog_calibration.apply(p[:head], n_eligible)
         return p
 
     def _eligible_count(self, catalog: Catalog, eligible: Eligibility | None) -> int:

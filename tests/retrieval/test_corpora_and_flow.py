@@ -190,29 +190,3 @@ def test_choose_pads_under_the_floor_only_up_to_min_results():
                                  policy=Policy(score_top=10), max_results=10)
     assert len(sorted_probs.chosen) == 5    # by probability alone: "stop under the floor once five are in"
 
-
-def test_a_shipped_catalog_calibration_carries_the_read_candidates_on_day_one_only(tmp_path):
-    """catalog_calibration.json beside the model: day one, the read head's probabilities pass through it (the
-    order unchanged, the tail as its own model gives it); with example requests indexed it is not loaded."""
-    from retrieval.pipeline.confidence import CatalogCalibration
-
-    (tmp_path / "combiner-noex.json").write_text(json.dumps(LOGIT.to_dict()))
-    (tmp_path / "combiner.json").write_text(json.dumps(LOGIT.to_dict()))
-    TailCalibration(a=-8.0, b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")
-    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
-    hits = index.retrieve("weather forecast", None, k=8)
-    scorer = FakeScorer({"get_forecast": 0.6, "get_alerts": 0.3}, default=0.01, path=tmp_path)
-    plain = Pipeline(index, scorer, policy=Policy(score_top=3))
-    assert plain.catalog_calibration is None
-    before = plain.probabilities("weather forecast", None, hits, 3)
-    cal = CatalogCalibration(1.5, 0.5, 0.0)
-    cal.save(tmp_path / "catalog_calibration.json")
-    carried = Pipeline(index, scorer, policy=Policy(score_top=3))
-    assert carried.catalog_calibration == cal
-    after = carried.probabilities("weather forecast", None, hits, 3)
-    n = len(list(index.catalog.tools))
-    assert np.allclose(after[:3], cal.apply(before[:3], n)) and np.allclose(after[3:], before[3:])
-    assert np.argsort(-after[:3]).tolist() == np.argsort(-before[:3]).tolist()
-    examples = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=True)
-    if not examples.fusion.day_one_weights:   # an index fused with the examples' weights keeps its own model
-        assert Pipeline(examples, scorer, policy=Policy(score_top=3)).catalog_calibration is None

@@ -44,3 +44,19 @@ def test_zones_keep_right_answers_and_stop_no_fit_requests():
     # that keeps the right answers: the replay follows decision.keep_first_answer
     sure = choose_zones(zone_table(rows + [_row("a", False, 0.6, 0.02, False, False)]))
     assert sure["right_first_end_empty_worst"] <= 0.01 and sure["nofit_no_fit"] < 1.0
+
+
+def test_a_twin_proceeding_with_a_tool_the_judge_accepts_is_no_wrong_proceed():
+    """Read against a blind judge, the no-fit twins that proceed with a look-alike that fits do not hold the
+    threshold up (an unjudged proceed still counts as wrong)."""
+    ans = [dict(_row("a", True, 0.8, 0.8), id=f"q{i}", tools1=[["S", "x"]], tools2=[["S", "x"]]) for i in range(4)]
+    twins = [dict(_row("a", False, 0.8, 0.8, False, False), id=f"q{i}:none", tools1=[["S", "y"]], tools2=[["S", "y"]])
+             for i in range(4)]
+    strict = choose_zones(zone_table(ans + twins, proceeds=[0.7, 0.85], floors=[0.25]))
+    assert strict["proceed_threshold"] == 0.85          # every twin would proceed at 0.7
+    fits = lambda row, tool: row["id"] != "q0:none"     # noqa: E731 - the judge accepts three twins' tools
+    table = zone_table(ans + twins, proceeds=[0.7, 0.85], floors=[0.25], fits=fits)
+    at_07 = next(r for r in table if r["proceed_threshold"] == 0.7)
+    assert at_07["nofit_proceed"] == 0.25               # only the one the judge rejects is a wrong proceed
+    unjudged = zone_table(ans + twins, proceeds=[0.7], floors=[0.25], fits=lambda row, tool: None)
+    assert unjudged[0]["nofit_proceed"] == 1.0

@@ -1,0 +1,182 @@
+"""Can one recalibration carry the day-one probabilities to users' catalogs? (issue 34, "calibration that transfers")
+
+    python benchmarks/catalog_calibration.py --fit runs/s13/flow_fit.json --report benchmarks/results/agent_flow_report.json \
+        [--judged-items benchmarks/results/judged_flow/items.jsonl --judged benchmarks/results/judged_flow/judged_*.jsonl]
+
+The day-one confidence model is fitted on MCP-Zero dev questions over the whole shipped catalog (about 3,000
+tools); on catalogs of 10-300 tools its best probability reads under the observed rate. The experiment: a
+post-hoc map of the best probability, ``sigmoid(a * logit(p) + b)`` ("platt") or with ``+ c * log(eligible
+tools)`` ("size"), fitted on the first searches of the fit catalogs' agent-flow rows (MCP-Zero dev
+organisations and the training corpora) with a pull towards the identity, chosen by leaving one fit kind out
+(the mean ECE over the kinds left out), then checked once on the report catalogs (MCP-Zero test organisations
+and the held-out corpora): ECE against the labels and, with ``--judged``, against the first tool fitting
+(labelled or accepted by the blind judge, ``benchmarks/judged_flow.py``). Each ECE comes with the ECE a
+calibrated model would read at that count (``stats.ece_floor``). Prints both tables; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
+
+VARIANTS = ("identity", "platt", "size")
+MODES = ("need", "request_only")   # late_need's first search is request_only's
+
+
+def first_searches(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("answerable") and r.get("mode") in MODES]
+
+
+def load_fits(items: Path, judged: list[Path]):
+    """``fits(row)``: whether a row's first tool is judged to fit (None: not judged)."""
+    from retrieval.evaluation.judged import FITS, base_id, judged_probabilities
+    from retrieval.jsonl import read_jsonl
+
+    probs = judged_probabilities([r for _, r in read_jsonl(items)],
+                                 {str(r["id"]): r for path in judged for _, r in read_jsonl(path)})
+
+    def fits(r: dict) -> bool | None:
+        j = probs.get(base_id(r["id"]))
+        return None if j is None or not r.get("tools1") else j.get(tuple(r["tools1"][0]), 0.0) >= FITS
+    return fits
+
+
+def judged_target(rows: list[dict], fits) -> list[dict]:
+    """The rows a judge read, each ``right1`` now "labelled or judged to fit" (what the probability claims)."""
+    return [dict(r, right1=bool(r["right1"]) or bool(fits(r))) for r in rows if fits(r) is not None]
+
+
+def _x(rows: list[dict], variant: str) -> np.ndarray:
+    p = np.clip(np.array([r["best1"] for r in rows], dtype=np.float64), 1e-6, 1 - 1e-6)
+    cols = [np.log(p / (1 - p))]
+    if variant == "size":
+        cols.append(np.log(np.maximum([int(r.get("n_eligible", 1)) for r in rows], 1).astype(np.float64)))
+    return np.stack([*cols, np.ones(len(rows))], axis=1)
+
+
+def fit(rows: list[dict], variant: str, pull: float = 0.5) -> np.ndarray:
+    """The variant's weights: log loss plus ``pull`` times the squared distance from the identity."""
+    from scipy.optimize import minimize
+
+    x = _x(rows, variant)
+    w0 = np.zeros(x.shape[1])
+    w0[0] = 1.0
+    if variant == "identity":
+        return w0
+    y = np.array([r["right1"] for r in rows], dtype=np.float64)
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        z = x @ w
+        g = 1.0 / (1.0 + np.exp(-z)) - y
+        return float(np.sum(np.logaddexp(0, z) - y * z) + pull * np.sum((w - w0) ** 2)), x.T @ g + 2 * pull * (w - w0)
+
+    bounds = [(0.05, 20.0)] + [(-50.0, 50.0)] * (x.shape[1] - 1)
+    return minimize(loss, w0, jac=True, method="L-BFGS-B", bounds=bounds).x
+
+
+def apply(rows: list[dict], variant: str, w: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-(_x(rows, variant) @ w)))
+
+
+def leave_one_kind_out(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per variant, per fit kind left out: the ECE of the best probability fitted on the other kinds."""
+    from retrieval.evaluation.stats import ece
+
+    kinds = sorted({r["catalog"] for r in rows})
+    out: dict[str, dict[str, float]] = {}
+    for variant in VARIANTS:
+        per = {}
+        for kind in kinds:
+            test = [r for r in rows if r["catalog"] == kind]
+            w = fit([r for r in rows if r["catalog"] != kind], variant)
+            per[kind] = float(ece(apply(test, variant, w), np.array([r["right1"] for r in test], dtype=float)))
+        per["mean"] = float(np.mean([per[k] for k in kinds]))
+        per["worst"] = float(max(per[k] for k in kinds))
+        out[variant] = per
+    return out
+
+
+def check(rows: list[dict], variant: str, w: np.ndarray, fits=None) -> dict[str, dict[str, dict[str, float]]]:
+    """Per report kind and mode: ECE before and after the map, against the labels and (``fits``: a row's first
+    tool judged to fit) against what fits, each with a calibrated model's median ECE at that count."""
+    from retrieval.evaluation.stats import ece, ece_floor
+
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for kind in sorted({r["catalog"] for r in rows}):
+        for mode in MODES:
+            rs = [r for r in rows if r["catalog"] == kind and r["mode"] == mode]
+            if fits is not None:
+                rs = [r for r in rs if fits(r) is not None]
+            if not rs:
+                continue
+            p = np.array([r["best1"] for r in rs])
+            q = apply(rs, variant, w)
+            strict = np.array([r["right1"] for r in rs], dtype=float)
+            cell = {"n": len(rs), "mean_before": float(p.mean()), "mean_after": float(q.mean()),
+                    "rank1": float(strict.mean()), "ece_before": float(ece(p, strict)), "ece_after": float(ece(q, strict)),
+                    "calibrated_median": ece_floor(q)["median"]}
+            if fits is not None:
+                judged = np.array([bool(r["right1"]) or bool(fits(r)) for r in rs], dtype=float)
+                cell.update({"fits": float(judged.mean()), "ece_fits_before": float(ece(p, judged)),
+                             "ece_fits_after": float(ece(q, judged))})
+            out.setdefault(kind, {})[mode] = cell
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fit", type=Path, required=True, help="agent-flow rows of the fit set (with n_eligible)")
+    p.add_argument("--report", type=Path, required=True, help="agent-flow rows of the report set")
+    p.add_argument("--fit-judged-items", type=Path, help="the fit rows' judge items: fit to labelled-or-judged fits")
+    p.add_argument("--fit-judged", type=Path, nargs="*")
+    p.add_argument("--judged-items", type=Path)
+    p.add_argument("--judged", type=Path, nargs="*")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_calibration.json")
+    a = p.parse_args(argv)
+    fit_data, report_data = json.loads(a.fit.read_text()), json.loads(a.report.read_text())
+    if fit_data.get("set") != "fit" or report_data.get("set") != "report":
+        print("error: --fit takes the fit set's rows and --report the report set's", file=sys.stderr)
+        return 2
+    rows = first_searches(fit_data["rows"])
+    if a.fit_judged_items and a.fit_judged:   # fitted to what fits (labelled or judged), not to the labels alone
+        rows = judged_target(rows, load_fits(a.fit_judged_items, a.fit_judged))
+        print("(the fit reads the fit catalogs' judge: a first tool fits when labelled or judged to fit)")
+    table = leave_one_kind_out(rows)
+    kinds = sorted({r["catalog"] for r in rows})
+    print(f"fit catalogs, each kind left out of the fit ({len(rows)} first searches): ECE of the best probability\n")
+    print("| variant | " + " | ".join(kinds) + " | mean | worst |\n|---|" + "---:|" * (len(kinds) + 2))
+    for variant, per in table.items():
+        print(f"| {variant} | " + " | ".join(f"{per[k]:.3f}" for k in kinds) + f" | {per['mean']:.3f} | {per['worst']:.3f} |")
+    chosen = min(VARIANTS[1:], key=lambda v: table[v]["mean"])
+    w = fit(rows, chosen)
+    fits = load_fits(a.judged_items, a.judged) if a.judged_items and a.judged else None
+    result = check(first_searches(report_data["rows"]), chosen, w, fits)
+    print(f"\nchosen on the fit catalogs: {chosen} (weights {np.round(w, 3).tolist()}); checked once on the report "
+          "catalogs (ECE before -> after; calibrated model's median at that count)\n")
+    print("| catalog | mode | n | mean best before -> after | rank 1 | ECE vs labels | "
+          + ("first tool fits | ECE vs fit | " if fits else "") + "calibrated |\n|---|---|---:|---|---:|---|"
+          + ("---:|---|" if fits else "") + "---:|")
+    for kind, modes in result.items():
+        for mode, c in modes.items():
+            line = (f"| {kind} | {mode} | {c['n']} | {c['mean_before']:.2f} -> {c['mean_after']:.2f} | {c['rank1']:.0%} | "
+                    f"{c['ece_before']:.3f} -> {c['ece_after']:.3f} | ")
+            if fits:
+                line += f"{c['fits']:.0%} | {c['ece_fits_before']:.3f} -> {c['ece_fits_after']:.3f} | "
+            print(line + f"{c['calibrated_median']:.3f} |")
+    environment = environment_stamp()
+    print(stamp_line(environment))
+    write_result(a.out, {"environment": environment, "fit": a.fit.name, "report": a.report.name, "loko": table,
+                         "chosen": chosen, "weights": w.tolist(), "check": result}, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The catalog-calibration experiment's arithmetic (benchmarks/catalog_calibration.py): fitted with a pull towards
+the identity, chosen by leaving one catalog kind out, checked against labels and against judged fits."""
+
+import numpy as np
+
+from benchmarks import catalog_calibration as cc
+
+
+def _rows(kind, n, shift, seed, mode="need"):
+    """First searches whose best probability reads ``shift`` (in logits) under the truth."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.5, 1.5, n)
+    y = rng.random(n) < 1 / (1 + np.exp(-z))
+    best = 1 / (1 + np.exp(-(z - shift)))
+    return [{"id": f"{kind}{i}", "catalog": kind, "mode": mode, "answerable": True, "best1": float(b),
+             "right1": bool(t), "n_eligible": 50, "tools1": [["S", "x"]]} for i, (b, t) in enumerate(zip(best, y))]
+
+
+def test_an_under_confident_catalog_is_carried_and_a_calibrated_one_left_alone():
+    under = [r for i, k in enumerate("abcd") for r in _rows(k, 400, 1.0, i)]
+    table = cc.leave_one_kind_out(under)
+    assert table["platt"]["mean"] < table["identity"]["mean"] - 0.03
+    w = cc.fit(under, "platt")
+    assert cc.apply([{"best1": 0.5}], "platt", w)[0] > 0.6        # raised where it read under
+    fine = [r for i, k in enumerate("abcd") for r in _rows(k, 400, 0.0, 10 + i)]
+    assert np.allclose(cc.fit(fine, "platt"), [1.0, 0.0], atol=0.15)   # near the identity where it already matches
+    assert np.allclose(cc.fit(fine, "identity"), [1.0, 0.0])
+
+
+def test_the_check_reads_labels_and_judged_fits():
+    rows = _rows("r", 200, 1.0, 3)
+    w = cc.fit(rows, "platt")
+    plain = cc.check(rows, "platt", w)["r"]["need"]
+    assert plain["n"] == 200 and plain["ece_after"] < plain["ece_before"]
+    judged = cc.check(rows, "platt", w, fits=lambda r: True)["r"]["need"]   # every first tool fits
+    assert judged["fits"] == 1.0 and judged["ece_fits_after"] < judged["ece_fits_before"]
