@@ -71,6 +71,36 @@ def plot_reliability(rows: list[dict], path: Path, mode: str = "need") -> Path |
     return path
 
 
+def flow_rows(split: str, corpora: list[str], needs: dict, n: int, modes: list[str], scorer, policy, rng: random.Random,
+              *, mcpzero: bool = True, answerable_only: bool = False, **run: bool) -> list[dict]:
+    """The flow's rows over the set's catalogs (MCP-Zero organisations of ``split``, then each corpus), their
+    cases drawn from ``rng`` in that order (the same seed gives the same cases); ``run``: ``run_flow``'s options."""
+    from retrieval.index.default import load_or_build_default
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.encoder import OnnxEncoder
+    from retrieval.pipeline.flow import Pipeline
+
+    def kept(cases):
+        return [c for c in cases if c.answerable] if answerable_only else cases
+
+    rows: list[dict] = []
+    if mcpzero:
+        index = load_or_build_default(with_examples=False, show_progress=True)
+        cases = kept(mcpzero_cases(split, needs, n, rng, index))
+        rows += run_flow(Pipeline(index, scorer, policy=policy), cases, modes, show_progress=True, desc="mcpzero-org",
+                         **run)
+    encoder = None
+    for name in corpora:
+        cases, catalog = corpus_cases(name, needs, n, rng)
+        if not cases:
+            print(f"[{name}: no requests with blind needs; skipped]")
+            continue
+        encoder = encoder or OnnxEncoder()
+        pipe = Pipeline(ToolIndex(catalog, encoder, with_examples=False), scorer, policy=policy)
+        rows += run_flow(pipe, kept(cases), modes, show_progress=True, desc=name, **run)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", choices=sorted(SETS), default="report")
@@ -94,11 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=logging.WARNING)
     from benchmarks.ablation import CachedScorer
-    from retrieval.index.default import load_or_build_default
-    from retrieval.index.embedded import ToolIndex
-    from retrieval.index.encoder import OnnxEncoder
     from retrieval.pipeline.decision import Policy
-    from retrieval.pipeline.flow import Pipeline
     from retrieval.version import package_version
     from scorer import Scorer
 
@@ -111,23 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     modes = a.modes.split(",")
     policy = Policy().with_overrides(proceed_threshold=a.proceed_threshold, no_fit_below=a.no_fit_below)
     scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
-    rng = random.Random(a.seed)
-    rows: list[dict] = []
     t0 = time.time()
-    if not a.no_mcpzero:
-        index = load_or_build_default(with_examples=False, show_progress=True)
-        pipe = Pipeline(index, scorer, policy=policy)
-        cases = mcpzero_cases(split, needs, a.n, rng, index)
-        rows += run_flow(pipe, cases, modes, show_progress=True, desc="mcpzero-org", always_second=a.always_second)
-    encoder = None
-    for name in corpora:
-        cases, catalog = corpus_cases(name, needs, a.n, rng)
-        if not cases:
-            print(f"[{name}: no requests with blind needs; skipped]")
-            continue
-        encoder = encoder or OnnxEncoder()
-        pipe = Pipeline(ToolIndex(catalog, encoder, with_examples=False), scorer, policy=policy)
-        rows += run_flow(pipe, cases, modes, show_progress=True, desc=name, always_second=a.always_second)
+    rows = flow_rows(split, corpora, needs, a.n, modes, scorer, policy, random.Random(a.seed),
+                     mcpzero=not a.no_mcpzero, always_second=a.always_second)
     rep = flow_report(rows)
     stamp = {"set": a.set, "policy": {"proceed_threshold": policy.proceed_threshold, "no_fit_below": policy.no_fit_below,
                                       "score_top": policy.score_top},

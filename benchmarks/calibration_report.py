@@ -77,16 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "calibration_report.json")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from benchmarks.agent_flow import plot_reliability
     from benchmarks.ablation import CachedScorer
-    from retrieval.evaluation.agent_flow import run_flow
-    from retrieval.index.default import load_or_build_default
-    from retrieval.index.embedded import ToolIndex
-    from retrieval.index.encoder import OnnxEncoder
+    from benchmarks.agent_flow import flow_rows, plot_reliability
     from retrieval.pipeline.decision import Policy
-    from retrieval.pipeline.flow import Pipeline
     from scorer import Scorer
-    from training.flow_cases import SETS, corpus_cases, load_needs, mcpzero_cases
+    from training.flow_cases import SETS, load_needs
 
     needs = load_needs()
     if EXTRA_NEEDS.exists():
@@ -96,21 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     modes = a.modes.split(",")
     policy = Policy()
     scorer = CachedScorer(Scorer.load(a.model, threads=a.threads))
-    rng = random.Random(a.seed)
-    rows: list[dict] = []
     t0 = time.time()
-    if not a.no_mcpzero:
-        index = load_or_build_default(with_examples=False, show_progress=True)
-        cases = [c for c in mcpzero_cases(split, needs, a.n, rng, index) if c.answerable]
-        rows += run_flow(Pipeline(index, scorer, policy=policy), cases, modes, show_progress=True, desc="mcpzero-org",
-                         tail=False, first_only=True)
-    encoder = None
-    for name in corpora:
-        cases, catalog = corpus_cases(name, needs, a.n, rng)
-        cases = [c for c in cases if c.answerable]
-        encoder = encoder or OnnxEncoder()
-        pipe = Pipeline(ToolIndex(catalog, encoder, with_examples=False), scorer, policy=policy)
-        rows += run_flow(pipe, cases, modes, show_progress=True, desc=name, tail=False, first_only=True)
+    rows = flow_rows(split, corpora, needs, a.n, modes, scorer, policy, random.Random(a.seed),
+                     mcpzero=not a.no_mcpzero, answerable_only=True, tail=False, first_only=True)
     rep = summarise(rows, a.seed)
     environment = environment_stamp()
     stamp = {"n": a.n, "modes": modes, "seconds": round(time.time() - t0, 1), "commit": environment["commit"],

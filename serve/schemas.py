@@ -148,7 +148,10 @@ class PreviousAttempt(_Request):
     attempt: int = Field(ge=1, le=5, description="The 'attempt' field of the earlier answer.", examples=[1])
     decision: Decision = Field(description="The 'decision' field of the earlier answer.", examples=["search_again"])
     tools: list[ToolRef] = Field(default_factory=list, max_length=MAX_K,
-                                 description="Optional: the tools the earlier answer offered.")
+                                 description="Optional: the tools the earlier answer offered, with their "
+                                             "probabilities. Given them, a second search that finds less than the "
+                                             "first (under the no-fit floor while the first was not) answers "
+                                             "`choose` with these tools instead of an empty `no_fit`.")
 
 
 class SearchRequest(_Asking):

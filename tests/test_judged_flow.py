@@ -46,6 +46,7 @@ def test_results_of_a_corpus_without_a_licence_keep_digests_that_still_line_up()
     assert shippable_tool("api_bank", ("S", "x")) == ["S", "x"]
     digest = shippable_tool("ultratool", ("S", "x"))
     assert digest[0] == "sha1" and "x" not in digest[1] and digest == shippable_tool("ultratool", ["S", "x"])
+    assert shippable_tool("ultratool", digest) == digest          # digesting twice changes nothing
     rows = [_row("u1:none", False, 0.9, [("S", "x")], decision1="proceed", decision="proceed") | {"catalog": "ultratool"}]
     items = [{"id": "u1", "catalog": "ultratool", "query": "secret text", "candidates": [{"server": "S", "tool": "x"}]}]
     rows, items = shippable_rows(rows), shippable_items(items)

@@ -59,6 +59,8 @@ python "$root/benchmarks/agent_flow.py" --set fit --n "${FLOW_N:-100}" --always-
     --out "$results/agent_flow_fit.json" > "$logs/agent_flow_fit.log" 2>&1
 python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibration.json"
 python -m training.thresholds --flow "$results/agent_flow_fit.json" --json "$results/zones_fit.json"
+# read against a blind judge (benchmarks/judged_flow.py mine on the fit rows, judges, then
+# --judged-items ITEMS --judged J*.jsonl): 0.13.0 printed 0.80 and kept 0.83 (docs/results.md, "Release 0.13.0")
 baseline=()
 if [ -n "${BASELINE:-}" ]; then baseline=(--baseline "$BASELINE"); fi
 if [ "${MEASURE:-1}" = "0" ]; then echo "refit done (MEASURE=0: the held-out report and need_eval left to the caller)"; exit 0; fi

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +48,9 @@ def make_pipeline(index: ToolIndex) -> Pipeline:
     return Pipeline(index, ZoneScorer(), confidence=LOGIT, policy=POLICY)
 
 
-@run
-async def test_mcp_and_http_decide_alike(tmp_path):
+@asynccontextmanager
+async def mcp_and_http(tmp_path):
+    """An MCP client of the gateway and an HTTP client of the service, over the same pipeline and catalog."""
     encoder = HashEncoder()
     index = ToolIndex.build(tiny_catalog(), encoder=encoder)
     components = Components(encoder, make_pipeline, lambda p: ToolIndex.load(p, encoder=encoder), lambda: None)
@@ -57,26 +59,32 @@ async def test_mcp_and_http_decide_alike(tmp_path):
         gw = Gateway(components=components, index=index)
         async with gw.running():
             async with create_connected_server_and_client_session(build_server(gw)) as client:
-                seen = []
-                for request, need in CASES:
-                    m1 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need}))
-                    h1 = http.post("/v1/search", json={"request": request, "need": need}, headers=key("all")).json()
-                    assert m1["decision"] == h1["decision"], request
-                    m2 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need, "attempt": 2}))
-                    h2 = http.post("/v1/search", headers=key("all"), json={
-                        "request": request, "need": need,
-                        "previous": {"attempt": 1, "decision": h1["decision"]}}).json()
-                    assert m2["decision"] == h2["decision"], request
-                    assert [t["name"] for t in m2["tools"]][:1] == [t["tool"] for t in h2["tools"]][:1]
-                    seen.append((h1["decision"], h2["decision"]))
-                assert seen == [("proceed", "proceed"), ("search_again", "choose"), ("search_again", "no_fit")]
-                # a 0.6 client asks for the three old decisions: choose comes back as proceed, with its tools
-                old = http.post("/v1/search", headers=key("all"), json={
-                    "request": CASES[1][0], "need": CASES[1][1], "legacy_decisions": True,
-                    "previous": {"attempt": 1, "decision": "search_again"}}).json()
-                assert old["decision"] == "proceed" and old["tools"]
+                yield client, http
     finally:
         http.__exit__(None, None, None)
+
+
+@run
+async def test_mcp_and_http_decide_alike(tmp_path):
+    async with mcp_and_http(tmp_path) as (client, http):
+        seen = []
+        for request, need in CASES:
+            m1 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need}))
+            h1 = http.post("/v1/search", json={"request": request, "need": need}, headers=key("all")).json()
+            assert m1["decision"] == h1["decision"], request
+            m2 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need, "attempt": 2}))
+            h2 = http.post("/v1/search", headers=key("all"), json={
+                "request": request, "need": need,
+                "previous": {"attempt": 1, "decision": h1["decision"]}}).json()
+            assert m2["decision"] == h2["decision"], request
+            assert [t["name"] for t in m2["tools"]][:1] == [t["tool"] for t in h2["tools"]][:1]
+            seen.append((h1["decision"], h2["decision"]))
+        assert seen == [("proceed", "proceed"), ("search_again", "choose"), ("search_again", "no_fit")]
+        # a 0.6 client asks for the three old decisions: choose comes back as proceed, with its tools
+        old = http.post("/v1/search", headers=key("all"), json={
+            "request": CASES[1][0], "need": CASES[1][1], "legacy_decisions": True,
+            "previous": {"attempt": 1, "decision": "search_again"}}).json()
+        assert old["decision"] == "proceed" and old["tools"]
 
 
 @run
@@ -85,27 +93,18 @@ async def test_a_second_search_keeps_the_first_answer_over_mcp_and_http(tmp_path
     answer) and HTTP (given the earlier answer's tools and probabilities) both keep the first answer's tools
     as choose; an HTTP client that sends back only the attempt still gets no_fit, as before."""
     request, need1, need2 = "warn me about storms near Lyon", "list weather alerts for a region", "get storm warnings"
-    encoder = HashEncoder()
-    index = ToolIndex.build(tiny_catalog(), encoder=encoder)
-    components = Components(encoder, make_pipeline, lambda p: ToolIndex.load(p, encoder=encoder), lambda: None)
-    http = real_client(tmp_path, pipeline=make_pipeline(ToolIndex.build(tiny_catalog(), encoder=encoder)))
-    try:
-        gw = Gateway(components=components, index=index)
-        async with gw.running():
-            async with create_connected_server_and_client_session(build_server(gw)) as client:
-                m1 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need1}))
-                h1 = http.post("/v1/search", json={"request": request, "need": need1}, headers=key("all")).json()
-                assert m1["decision"] == h1["decision"] == "search_again"
-                m2 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need2, "attempt": 2}))
-                back = [{"server": t["server"], "tool": t["tool"], "probability": t["probability"]} for t in h1["tools"]]
-                h2 = http.post("/v1/search", headers=key("all"), json={
-                    "request": request, "need": need2,
-                    "previous": {"attempt": 1, "decision": "search_again", "tools": back}}).json()
-                assert m2["decision"] == h2["decision"] == "choose"
-                assert h2["tools"][0]["tool"] == h1["tools"][0]["tool"] == [t["name"] for t in m2["tools"]][0]
-                assert h2["best_probability"] == h1["best_probability"]
-                bare = http.post("/v1/search", headers=key("all"), json={
-                    "request": request, "need": need2, "previous": {"attempt": 1, "decision": "search_again"}}).json()
-                assert bare["decision"] == "no_fit" and bare["tools"] == []
-    finally:
-        http.__exit__(None, None, None)
+    async with mcp_and_http(tmp_path) as (client, http):
+        m1 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need1}))
+        h1 = http.post("/v1/search", json={"request": request, "need": need1}, headers=key("all")).json()
+        assert m1["decision"] == h1["decision"] == "search_again"
+        m2 = payload(await client.call_tool(FIND_TOOLS, {"request": request, "need": need2, "attempt": 2}))
+        back = [{"server": t["server"], "tool": t["tool"], "probability": t["probability"]} for t in h1["tools"]]
+        h2 = http.post("/v1/search", headers=key("all"), json={
+            "request": request, "need": need2,
+            "previous": {"attempt": 1, "decision": "search_again", "tools": back}}).json()
+        assert m2["decision"] == h2["decision"] == "choose"
+        assert h2["tools"][0]["tool"] == h1["tools"][0]["tool"] == [t["name"] for t in m2["tools"]][0]
+        assert h2["best_probability"] == h1["best_probability"]
+        bare = http.post("/v1/search", headers=key("all"), json={
+            "request": request, "need": need2, "previous": {"attempt": 1, "decision": "search_again"}}).json()
+        assert bare["decision"] == "no_fit" and bare["tools"] == []
