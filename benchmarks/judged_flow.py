@@ -190,9 +190,13 @@ def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int =
         out[kind] = {"candidates": len(pred), "predicted": mp, "labelled": ml, "fits": mf, "judged": mj,
                      "labelled_n": int(sum(lab)), "fits_n": int(sum(fit)), "judged_n": int(sum(judge)),
                      "labelled_judged_n": int(sum(a and b for a, b in zip(lab, judge))),
-                     "ratio_labelled": mp / ml if ml else float("inf"), "ratio_fits": mp / mf if mf else float("inf"),
-                     "ratio_judged": mp / mj if mj else float("inf")}
+                     "ratio_labelled": mp / ml if ml else None, "ratio_fits": mp / mf if mf else None,
+                     "ratio_judged": mp / mj if mj else None}   # None: nothing observed to divide by
     return out
+
+
+def _ratio(x: float | None) -> str:
+    return "none observed" if x is None else f"{x:.2f}"
 
 
 def report_tail(a: argparse.Namespace) -> int:
@@ -211,7 +215,7 @@ def report_tail(a: argparse.Namespace) -> int:
     for kind, r in rep.items():
         print(f"| {kind} | {r['candidates']} | {r['predicted']:.4f} | {r['labelled']:.4f} ({r['labelled_n']}; "
               f"{r['labelled_judged_n']}) | {r['judged']:.4f} ({r['judged_n']}) | {r['fits']:.4f} ({r['fits_n']}) | "
-              f"{r['ratio_labelled']:.2f} | {r['ratio_judged']:.2f} | {r['ratio_fits']:.2f} |")
+              f"{_ratio(r['ratio_labelled'])} | {_ratio(r['ratio_judged'])} | {_ratio(r['ratio_fits'])} |")
     print(stamp_line(environment_stamp()))
     return 0
 

@@ -140,6 +140,8 @@ class ToolRef(_Request):
     server: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="Server name.", examples=["GitHub"])
     tool: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="Tool name.", examples=["create_issue"])
     probability: float | None = Field(None, ge=0.0, le=1.0, description="Its probability in that answer.")
+    source: Literal["ranked", "always_available", "server_mention", "exact_name"] | None = Field(
+        None, description="Its 'source' in that answer (an always-available tool is not kept from it).")
 
 
 class PreviousAttempt(_Request):

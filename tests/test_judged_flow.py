@@ -7,7 +7,7 @@ from benchmarks.judged_flow import judged_probabilities, judged_report
 
 def _row(rid, answerable, best1, tools1, *, decision1="search_again", decision="choose", tools2=(), right1=False,
          mode="need"):
-    return {"id": rid, "catalog": "c", "mode": mode, "answerable": answerable, "best1": best1, "right1": right1,
+    return {"id": rid, "catalog": "api_bank", "mode": mode, "answerable": answerable, "best1": best1, "right1": right1,
             "decision1": decision1, "decision": decision, "tools1": [list(t) for t in tools1],
             "tools2": [list(t) for t in tools2]}
 
@@ -29,7 +29,7 @@ def test_proceeds_and_ece_read_against_the_judge():
             _row("q2:none", False, 0.5, [("S", "y")], tools2=[("S", "x")], decision="proceed"),
             _row("q3:none", False, 0.2, [("S", "x")], decision="no_fit"),
             _row("a1", True, 0.7, [("S", "x"), ("S", "z")])]
-    rep = judged_report(rows, judged, {"a1": [("S", "z")]})["c"]["need"]
+    rep = judged_report(rows, judged, {"a1": [("S", "z")]})["api_bank"]["need"]
     assert rep["no_fit_judged"] == 3 and rep["nofit_proceed"] == 2 / 3
     assert rep["nofit_wrong_proceed"] == 1 / 3 and rep["nofit_proceed_fitting"] == 1 / 3
     assert rep["judged_no_fit"] == 2 and rep["judged_no_fit_proceed"] == 1 / 2 and rep["judged_no_fit_end_no_fit"] == 1 / 2

@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nofit", type=Path, help="requests written to have no tool; their split --split is used")
     p.add_argument("--limit", type=int, help="only the first N questions (the calibration fit's subset)")
     a = p.parse_args(argv)
+    if bool(a.judged_items) != bool(a.judged):
+        p.error("--judged-items and --judged go together (the judge's items and its answers)")
     if a.flow:
         return flow_main(a.flow, a.json, a.judged_items, a.judged)
     from retrieval.pipeline.flow import load_pipeline

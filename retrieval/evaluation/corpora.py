@@ -61,10 +61,12 @@ TRAIN_CORPORA = tuple(n for n, c in CORPORA.items() if c.use == "train")
 
 
 def shippable(kind: str) -> bool:
-    """Whether a catalog kind's texts and tool names may be written into the repository (a corpus with a
-    licence, or toolrank's own MCP-Zero catalogs); results of the others keep ids and digests only."""
-    info = CORPORA.get(kind)
-    return info is None or info.licence != "none stated"
+    """Whether a catalog kind's texts and tool names may be written into the repository (a corpus of the card
+    with a licence, or toolrank's own MCP-Zero organisations); results of any other keep ids and digests only."""
+    if kind == "mcpzero-org":
+        return True
+    info = CORPORA.get(kind)   # an unknown kind (a new or misspelt corpus) keeps digests until it is in the card
+    return info is not None and info.licence != "none stated"
 
 
 def shippable_tool(kind: str, tool: Sequence[str]) -> list[str]:

@@ -51,9 +51,9 @@ class Policy:
     """
 
     # chosen on the agent flow over the fit catalogs: no-fit requests proceeding <= 10% on every kind (zones_fit.md);
-    # read against a blind judge the same rule picks 0.80 (zones_fit_judged.md), which proceeds rightly 8-16
-    # points more often on the held-out catalogs but lets RestBench's judged no-fit requests proceed 12%: a
-    # tenant override (docs/results.md, "Release 0.13.0")
+    # read against a blind judge the same rule picks 0.80 (zones_fit_judged.md), which proceeds 8-16 points
+    # more often on the held-out catalogs (right proceeds +7 to +14) but lets RestBench's judged no-fit
+    # requests proceed 12%: a tenant override (docs/results.md, "Release 0.13.0")
     proceed_threshold: float = 0.83
     # The second attempt's no-fit floor: under it, no_fit; between it and proceed_threshold, choose.
     # Both chosen on the agent flow over catalogs shaped like users' (MCP-Zero dev organisations and the
@@ -249,7 +249,8 @@ KEPT_MESSAGE = (" The sharper need found nothing as likely, so these are the fir
 def keep_first_answer(decided: Decided, previous: Any, catalog: Any, eligible: Any, policy: Policy,
                       max_results: int) -> Decided:
     """A second attempt's ``no_fit`` turned into ``choose`` with the first answer's tools, when that answer's
-    best probability was at or above the no-fit floor; otherwise ``decided`` unchanged.
+    decision probability (its first tool's) was at or above the no-fit floor; otherwise ``decided`` unchanged.
+    (A first answer at or above ``proceed_threshold``, searched again anyway, keeps ``proceed``.)
 
     ``previous`` is the first attempt's answer (anything with ``.tools`` of ``.tool_id``, ``.probability``
     and ``.source``; an HTTP client's ``previous.tools`` with their probabilities): only tools still in
@@ -273,8 +274,10 @@ def keep_first_answer(decided: Decided, previous: Any, catalog: Any, eligible: A
             continue
         if tid in catalog and eligible.allows(tid) and all(k[0] != tid for k in kept):
             kept.append((tid, p, source))
-    if not kept or max(p for _, p, _ in kept) < policy.no_fit_below:
-        return decided
     always = [c for c in decided.chosen if c[2] == "always_available"]
-    chosen = always + kept[:max(0, max_results - len(always))]
-    return Decided("choose", max(p for _, p, _ in kept), chosen)
+    kept = kept[:max(0, max_results - len(always))]
+    # the first answer's decision probability is its first tool's (what the agent was shown, and what the
+    # zone replay reads); a first answer that proceeded proceeds again
+    if not kept or kept[0][1] < policy.no_fit_below:
+        return decided
+    return Decided(decide(kept[0][1], 2, policy), kept[0][1], always + kept)

@@ -417,8 +417,8 @@ class Pipeline:
             kept = decided.decision != "no_fit"
         result = self._output(req, found, hits, decided)
         if kept:
-            result = dataclasses.replace(result, message=result.message + KEPT_MESSAGE)
-        if decided.chosen and decided.chosen[0][2] == "ranked":
+            result = dataclasses.replace(result, message=result.message + KEPT_MESSAGE, raw_best=None)
+        if decided.chosen and decided.chosen[0][2] == "ranked" and not kept:   # a kept tool's is another search's
             first = decided.chosen[0][0]
             result = dataclasses.replace(result, raw_best=next((float(raw[i]) for i, h in enumerate(hits)
                                                                 if h.tool_id == first), None))

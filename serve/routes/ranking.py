@@ -59,7 +59,7 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
                      if state.settings.use_recalibration else None)
     result = await state.run(
         request, pipeline.search, body.request, body.need,
-        eligible=tenant.eligibility, previous=_previous(body.previous, tenant), k=body.k,
+        eligible=tenant.eligibility, previous=_previous(body.previous, tenant, body.legacy_decisions), k=body.k,
         explain=body.explain, fmt=body.format, policy=tenant_policy(pipeline, tenant),
         **({"learned": learned} if learned else {}),
         **({"recalibration": recalibration} if recalibration is not None else {}))
@@ -95,11 +95,14 @@ def tenant_policy(pipeline: Any, tenant: Tenant) -> Any | None:
     return dataclasses.replace(base, **tenant.policy)
 
 
-def _previous(previous: PreviousAttempt | None, tenant: Tenant) -> SearchResult | None:
+def _previous(previous: PreviousAttempt | None, tenant: Tenant, legacy: bool = False) -> SearchResult | None:
+    """The earlier answer a client sent back, its tools kept to what the tenant may use. A client that asks for
+    0.6's decisions keeps 0.12's second search: no earlier tools, so nothing under the floor comes back (its
+    ``choose`` would read as ``proceed``)."""
     if previous is None:
         return None
-    tools = [ScoredTool(ToolId(r.server, r.tool), float(r.probability or 0.0), i + 1)
-             for i, r in enumerate(previous.tools) if tenant.eligibility.allows((r.server, r.tool))]
+    tools = [ScoredTool(ToolId(r.server, r.tool), float(r.probability or 0.0), i + 1, r.source or "ranked")
+             for i, r in enumerate(previous.tools) if not legacy and tenant.eligibility.allows((r.server, r.tool))]
     return SearchResult(decision=previous.decision, tools=tools,
                         best_probability=max((t.probability for t in tools), default=0.0),
                         attempt=previous.attempt)

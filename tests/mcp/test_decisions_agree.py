@@ -108,3 +108,43 @@ async def test_a_second_search_keeps_the_first_answer_over_mcp_and_http(tmp_path
         bare = http.post("/v1/search", headers=key("all"), json={
             "request": request, "need": need2, "previous": {"attempt": 1, "decision": "search_again"}}).json()
         assert bare["decision"] == "no_fit" and bare["tools"] == []
+
+
+def test_http_keeps_only_what_the_tenant_may_use_and_legacy_clients_get_the_old_answer(tmp_path):
+    """previous.tools come from the client: a tool the tenant may not use (here Weather, for acme) is never kept,
+    an always-available one is not kept either, and a 0.6 client (legacy_decisions) keeps 0.12.0's no_fit."""
+    from real_app import real_client as client_of
+    http = client_of(tmp_path, pipeline=make_pipeline(ToolIndex.build(tiny_catalog(), encoder=HashEncoder())))
+    try:
+        back = [{"server": "Weather", "tool": "get_alerts", "probability": 0.9},
+                {"server": "Elasticsearch", "tool": "get_shards", "probability": 0.8, "source": "always_available"},
+                {"server": "GitHub", "tool": "create_issue", "probability": 0.5}]
+        body = {"request": "warn me about storms near Lyon", "need": "get storm warnings",
+                "previous": {"attempt": 1, "decision": "search_again", "tools": back}}
+        kept = http.post("/v1/search", headers=key("acme"), json=body).json()
+        assert kept["decision"] == "choose" and [t["tool"] for t in kept["tools"]] == ["create_issue"]
+        assert kept["best_probability"] == 0.5
+        legacy = http.post("/v1/search", headers=key("acme"), json={**body, "legacy_decisions": True}).json()
+        assert legacy["decision"] == "no_fit" and legacy["tools"] == []
+        bad = http.post("/v1/search", headers=key("acme"), json={**body, "previous": {
+            "attempt": 1, "decision": "search_again", "tools": [{"server": "GitHub", "tool": "x", "source": "bogus"}]}})
+        assert bad.status_code == 422
+    finally:
+        http.__exit__(None, None, None)
+
+
+@run
+async def test_the_gateway_remembers_a_bounded_number_of_first_answers(monkeypatch):
+    import serve.mcp_gateway as gateway_module
+    monkeypatch.setattr(gateway_module, "FIRST_ANSWERS_KEPT", 1)
+    encoder = HashEncoder()
+    components = Components(encoder, make_pipeline, lambda p: ToolIndex.load(p, encoder=encoder), lambda: None)
+    gw = Gateway(components=components, index=ToolIndex.build(tiny_catalog(), encoder=encoder))
+    async with gw.running():
+        storms = "warn me about storms near Lyon"
+        assert (await gw.find(storms, "list weather alerts for a region")).decision == "search_again"
+        assert (await gw.find(storms, "get storm warnings", attempt=2)).decision == "choose"   # remembered
+        await gw.find("book me a table for two tonight", "reserve a restaurant table")            # pushes it out
+        assert len(gw._first_answers) == 1
+        forgotten = await gw.find(storms, "get storm warnings", attempt=2)
+        assert forgotten.decision == "no_fit" and forgotten.tools == []

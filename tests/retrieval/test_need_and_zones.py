@@ -200,12 +200,50 @@ def test_the_first_answer_is_kept_only_at_or_above_the_floor_and_never_beyond_el
     first = pipe.search("open a bug about the login crash", "create an issue")
     second = pipe.search("open a bug about the login crash", "file it in the tracker", previous=first)
     assert second.decision == "no_fit" and second.tools == []
-    pipe = _unsure_pipe(0.31, 0.22)   # a first answer over every server, a second search over Slack alone
-    first = pipe.search("open a bug about the login crash", "create an issue")
-    assert any(t.tool_id.server == "GitHub" for t in first.tools)
-    slack = Eligibility.of(servers=["Slack"])
-    second = pipe.search("open a bug about the login crash", "file it in the tracker", previous=first, eligible=slack)
-    assert all(t.tool_id.server == "Slack" for t in second.tools)
+    # a first answer over every server (a Slack tool first), a second search over Slack and Weather alone:
+    # the first answer's GitHub tools are never kept, its Slack tool is
+    scorer = _NeedScorer({"post_message": 0.31, "create_issue": 0.30}, {"post_message": 0.10}, "tracker")
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    pipe = Pipeline(index, scorer, confidence=_logit_only(),
+                    policy=Policy(proceed_threshold=0.85, no_fit_below=0.25, score_top=None))
+    first = pipe.search("post the crash report", "send a message")
+    assert first.tools[0].tool_id.tool == "post_message" and any(t.tool_id.server == "GitHub" for t in first.tools)
+    narrow = Eligibility.of(servers=["Slack", "Weather"])
+    second = pipe.search("post the crash report", "file it in the tracker", previous=first, eligible=narrow)
+    assert second.decision == "choose" and second.tools[0].tool_id.tool == "post_message"
+    assert {t.tool_id.server for t in second.tools} <= {"Slack", "Weather"}
+
+
+def test_the_first_tool_decides_and_a_first_proceed_proceeds_again():
+    from types import SimpleNamespace as NS
+
+    from retrieval.pipeline.decision import Decided, keep_first_answer
+    catalog = tiny_catalog()
+    a, b = [t.id for t in list(catalog.tools)[:2]]
+    policy = Policy(proceed_threshold=0.85, no_fit_below=0.25)
+    empty = Decided("no_fit", 0.1, [])
+    # the first answer's first tool under the floor, a later one (a calibrated tail tool) above it: not kept,
+    # as the zone replay reads it (the first answer's decision probability is its first tool's)
+    later_higher = NS(tools=[NS(tool_id=a, probability=0.2, source="ranked"), NS(tool_id=b, probability=0.6, source="ranked")])
+    assert keep_first_answer(empty, later_higher, catalog, Eligibility(), policy, 10) is empty
+    sure = NS(tools=[NS(tool_id=a, probability=0.9, source="ranked"), NS(tool_id=b, probability=0.1, source="ranked")])
+    kept = keep_first_answer(empty, sure, catalog, Eligibility(), policy, 1)
+    assert kept.decision == "proceed" and kept.best == 0.9 and kept.chosen == [(a, 0.9, "ranked")]   # k=1: one tool
+
+
+def test_the_zone_replay_and_the_pipeline_end_the_same():
+    """The replay of a row run with always_second gives the decision the pipeline gives the real second search."""
+    from retrieval.evaluation.agent_flow import Case, replay, run_case
+    for first_p, second_p in [(0.31, 0.22), (0.20, 0.10), (0.31, 0.60), (0.90, 0.10)]:
+        pipe = _unsure_pipe(first_p, second_p)
+        case = Case("c", "open a bug about the login crash", "tiny",
+                    targets=frozenset({ToolId("GitHub", "create_issue")}), need="create an issue",
+                    need2="file it in the tracker")
+        row = run_case(pipe, case, "need", tail=False, always_second=True)
+        [replayed] = replay([row], pipe.policy.proceed_threshold, pipe.policy.no_fit_below)
+        live = run_case(pipe, case, "need", tail=False)
+        assert replayed["decision"] == live["decision"], (first_p, second_p)
+        assert replayed["empty"] == live["empty"] and replayed["right_final"] == live["right_final"]
 
 
 def test_a_second_search_at_or_above_the_floor_keeps_its_own_answer():
