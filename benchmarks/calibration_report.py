@@ -54,6 +54,38 @@ def summarise(rows: list[dict], seed: int = 0) -> dict[str, dict[str, dict]]:
     return out
 
 
+def judged_rows(rows: list[dict], items: Path, judged: list[Path]) -> tuple[list[dict], int]:
+    """The rows with ``right1`` read as "labelled or judged to fit" where the judge read the first tool (how many
+    first tools it accepted beside the labels is returned too)."""
+    from benchmarks.catalog_calibration import load_fits
+
+    fits = load_fits(items, judged)
+    out, accepted = [], 0
+    for r in rows:
+        f = fits(r) if r["answerable"] and not r["right1"] else None
+        accepted += bool(f)
+        out.append(dict(r, right1=True) if f else r)
+    return out, accepted
+
+
+def resummarise(a: argparse.Namespace) -> int:
+    data = json.loads(a.rows.read_text())
+    rows = data["rows"]
+    note = "labels"
+    if a.judged_items:
+        rows, accepted = judged_rows(rows, a.judged_items, a.judged)
+        note = f"labelled or judged to fit ({accepted} first tools the judge accepted beside the labels)"
+    rep = summarise(rows)
+    environment = environment_stamp()
+    print(f"calibration of the best probability, first search, day one, against {note}; rows of {a.rows.name} "
+          f"(commit {data.get('commit')})\n")
+    print(format_summary(rep))
+    print(stamp_line(environment))
+    write_result(a.out, {"rows_from": a.rows.name, "rows_commit": data.get("commit"), "against": note,
+                         "environment": environment, "report": rep}, indent=1)
+    return 0
+
+
 def format_summary(rep: dict[str, dict[str, dict]]) -> str:
     lines = ["| catalog | mode | n | rank 1 | mean best | gap | ECE | calibrated model: median (p95) | p |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|"]
@@ -75,7 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "calibration_report.json")
+    p.add_argument("--rows", type=Path, help="re-read an earlier run's rows instead of searching again")
+    p.add_argument("--judged-items", type=Path, help="a judge's items (benchmarks/judged_flow.py mine --misses-only)")
+    p.add_argument("--judged", type=Path, nargs="*", help="its answers: a first tool counts as right when labelled "
+                   "or judged to fit (what the probability claims); requests it did not read keep their label")
     a = p.parse_args(argv)
+    if bool(a.judged_items) != bool(a.judged):
+        p.error("--judged-items and --judged go together")
+    if a.rows:
+        return resummarise(a)
     logging.basicConfig(level=logging.WARNING)
     from benchmarks.ablation import CachedScorer
     from benchmarks.agent_flow import flow_rows, plot_reliability

@@ -79,6 +79,8 @@ def mine(a: argparse.Namespace) -> int:
                           for t in catalogs[kind].tools}
         return catalogs[kind]
 
+    if a.misses_only:   # only the first searches whose first tool is not labelled: the rest are right already
+        rows = [dict(r, tools1=r.get("tools1", [])[:3], tools2=[]) for r in rows if r["answerable"] and not r["right1"]]
     items: dict[str, dict] = {}
     for r in rows:
         base, kind = _base(r["id"]), r["catalog"]
@@ -364,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--batches", type=Path)
     m.add_argument("--n-batches", type=int, default=8)
+    m.add_argument("--misses-only", action="store_true",
+                   help="only answerable first searches whose first tool is not labelled (their first three tools "
+                        "and the labels): what a calibration against labelled-or-judged fits needs judged")
     r = sub.add_parser("report", help="an agent-flow run read against the judge's answers")
     r.add_argument("--flow", type=Path, required=True)
     r.add_argument("--items", type=Path, required=True)

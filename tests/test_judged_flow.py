@@ -64,3 +64,21 @@ def test_the_tail_is_read_against_labels_and_the_judge():
     rep = tail_report([row], {"a1": {("S", "b"): 0.8, ("S", "c"): 0.2}})["c"]
     assert rep["candidates"] == 4 and rep["labelled_n"] == 1 and rep["fits_n"] == 2
     assert abs(rep["ratio_labelled"] - 0.4) < 1e-9 and abs(rep["ratio_fits"] - 0.2) < 1e-9
+
+
+def test_calibration_rows_read_a_judge_only_where_the_label_missed(tmp_path):
+    import json
+
+    from benchmarks.calibration_report import judged_rows
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "m1", "catalog": "api_bank", "query": "q",
+                                 "candidates": [{"server": "S", "tool": "x"}, {"server": "S", "tool": "y"}]}) + "\n")
+    answers = tmp_path / "j.jsonl"
+    answers.write_text(json.dumps({"id": "m1", "n": 2, "p": {"1": 0.9}}) + "\n")
+    base = {"catalog": "api_bank", "mode": "need", "answerable": True, "best1": 0.5}
+    rows = [dict(base, id="m1", right1=False, tools1=[["S", "x"]]),     # missed, the judge accepts its first tool
+            dict(base, id="m2", right1=False, tools1=[["S", "z"]]),     # missed, never judged: stays wrong
+            dict(base, id="m3", right1=True, tools1=[["S", "q"]])]      # labelled right: stays right
+    out, accepted = judged_rows(rows, items, [answers])
+    assert [r["right1"] for r in out] == [True, False, True] and accepted == 1
