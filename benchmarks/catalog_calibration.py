@@ -37,16 +37,10 @@ def first_searches(rows: list[dict]) -> list[dict]:
 
 def load_fits(items: Path, judged: list[Path]):
     """``fits(row)``: whether a row's first tool is judged to fit (None: not judged)."""
-    from retrieval.evaluation.judged import FITS, base_id, judged_probabilities
-    from retrieval.jsonl import read_jsonl
+    from retrieval.evaluation.judged import fits, read_judged
 
-    probs = judged_probabilities([r for _, r in read_jsonl(items)],
-                                 {str(r["id"]): r for path in judged for _, r in read_jsonl(path)})
-
-    def fits(r: dict) -> bool | None:
-        j = probs.get(base_id(r["id"]))
-        return None if j is None or not r.get("tools1") else j.get(tuple(r["tools1"][0]), 0.0) >= FITS
-    return fits
+    probs = read_judged(items, judged)
+    return lambda r: fits(probs, r["id"], (r.get("tools1") or [None])[0])
 
 
 def judged_target(rows: list[dict], fits) -> list[dict]:

@@ -40,7 +40,8 @@ if __package__ in (None, ""):   # run as a file: the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
-from retrieval.evaluation.judged import FITS, base_id as _base, judged_probabilities  # noqa: E402,F401
+from retrieval.evaluation.judged import (FITS, base_id as _base, fits as _fits,  # noqa: E402,F401
+                                         judged_probabilities, proceeded_with, read_answers, read_judged)
 
 
 def _labels() -> dict[str, list[tuple[str, str]]]:
@@ -59,113 +60,103 @@ def _labels() -> dict[str, list[tuple[str, str]]]:
     return out
 
 
+class _Catalogs:
+    """Each catalog kind's catalog (loaded once) and, per kind, a result file's tool (a digest where the corpus
+    has no licence) back to the catalog's ``[server, tool]``."""
+
+    def __init__(self) -> None:
+        self._catalogs: dict[str, object] = {}
+        self._real: dict[str, dict[tuple[str, str], list[str]]] = {}
+
+    def catalog(self, kind: str):
+        if kind not in self._catalogs:
+            from retrieval.evaluation.corpora import load_corpus, shippable_tool
+            from retrieval.index.default import load_or_build_default
+
+            cat = (load_or_build_default(with_examples=False, show_progress=True).catalog
+                   if kind == "mcpzero-org" else load_corpus(kind).catalog)
+            self._catalogs[kind] = cat
+            self._real[kind] = {tuple(shippable_tool(kind, (t.id.server, t.id.tool))): [t.id.server, t.id.tool]
+                                for t in cat.tools}
+        return self._catalogs[kind]
+
+    def real(self, kind: str, tool) -> list[str] | None:
+        """The catalog's ``[server, tool]`` behind a result file's, or None (no longer in the catalog)."""
+        self.catalog(kind)
+        return self._real[kind].get(tuple(tool))
+
+
+def _write(out: list[dict], a: argparse.Namespace, catalogs: _Catalogs, order_seed: int, what: str) -> None:
+    """The items (request texts filled in; as the repository may hold them) and, with ``--batches``, the judges'
+    batches (real texts), every batch a mix of catalogs."""
+    from retrieval.jsonl import write_jsonl
+    from training.refresh_lists import batch_text
+
+    queries = _queries(a.flow, {o["id"] for o in out})
+    for o in out:
+        o["query"] = queries[o["id"]]
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(a.out, shippable_items(out))
+    print(f"{len(out)} requests, {sum(len(o['candidates']) for o in out)} {what} -> {a.out}", file=sys.stderr)
+    if a.batches:
+        a.batches.mkdir(parents=True, exist_ok=True)
+        order = list(out)
+        random.Random(order_seed).shuffle(order)
+        size = -(-len(order) // a.n_batches)
+        sizes = {}
+        for b in range(a.n_batches):
+            part = order[b * size:(b + 1) * size]
+            if part:
+                text = "\n".join(batch_text([o], catalogs.catalog(o["catalog"])) for o in part)
+                (a.batches / f"batch_{b + 1:02d}.txt").write_text(text, encoding="utf-8")
+                sizes[b + 1] = len(part)
+        print(f"judge batches -> {a.batches}: {sizes}", file=sys.stderr)
+
+
+def _item(case_id: str, kind: str, cands: list[list[str]], seed_key: str) -> dict:
+    from training.refresh_lists import seed_of
+
+    cands = list(cands)
+    random.Random(seed_of(seed_key)).shuffle(cands)
+    return {"id": case_id, "catalog": kind, "query": None, "candidates": [{"server": s, "tool": t} for s, t in cands]}
+
+
 def mine(a: argparse.Namespace) -> int:
     from retrieval.catalog.model import ToolId
-    from retrieval.evaluation.corpora import load_corpus, shippable_tool
-    from retrieval.index.default import load_or_build_default
-    from retrieval.jsonl import write_jsonl
-    from training.refresh_lists import batch_text, seed_of
+    from retrieval.evaluation.corpora import shippable_tool
 
     rows = json.loads(a.flow.read_text())["rows"]
     labels = _labels()
-    catalogs: dict[str, object] = {}
-    real: dict[str, dict[tuple[str, str], list[str]]] = {}   # per kind: a result file's tool -> the catalog's
-
-    def catalog_of(kind: str):
-        if kind not in catalogs:
-            catalogs[kind] = (load_or_build_default(with_examples=False, show_progress=True).catalog
-                              if kind == "mcpzero-org" else load_corpus(kind).catalog)
-            real[kind] = {tuple(shippable_tool(kind, (t.id.server, t.id.tool))): [t.id.server, t.id.tool]
-                          for t in catalogs[kind].tools}
-        return catalogs[kind]
-
+    catalogs = _Catalogs()
     if a.misses_only:   # only the first searches whose first tool is not labelled: the rest are right already
         rows = [dict(r, tools1=r.get("tools1", [])[:3], tools2=[]) for r in rows if r["answerable"] and not r["right1"]]
     items: dict[str, dict] = {}
     for r in rows:
         base, kind = _base(r["id"]), r["catalog"]
-        catalog_of(kind)
-        item = items.setdefault(base, {"id": base, "catalog": kind, "cands": []})
+        item = items.setdefault(base, {"catalog": kind, "cands": []})
         lists = [r.get("tools1", []), r.get("tools2", [])]
         if r["answerable"]:
             lists.append([shippable_tool(kind, t) for t in labels.get(base, [])])
         for lst in lists:
             for t in lst:
-                name = real[kind].get(tuple(t))   # rows hold digests where the corpus has no licence
+                name = catalogs.real(kind, t)   # rows hold digests where the corpus has no licence
                 if name is not None and name not in item["cands"]:
                     item["cands"].append(name)
-    out, texts = [], {}
-    for base, item in items.items():
-        kind = item["catalog"]
-        cands = [c for c in item["cands"] if ToolId(*c) in catalog_of(kind)]
-        if not cands:
-            continue
-        random.Random(seed_of(base)).shuffle(cands)
-        out.append({"id": base, "catalog": kind, "query": None, "candidates": [{"server": s, "tool": t} for s, t in cands]})
-    queries = _queries(a.flow, {o["id"] for o in out})
-    for o in out:
-        o["query"] = queries[o["id"]]
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(a.out, shippable_items(out))   # the judge's batches (below) read the real texts
-    print(f"{len(out)} requests, {sum(len(o['candidates']) for o in out)} candidates -> {a.out}", file=sys.stderr)
-    if a.batches:
-        a.batches.mkdir(parents=True, exist_ok=True)
-        order = list(out)
-        random.Random(34).shuffle(order)   # every batch a mix of catalogs
-        size = -(-len(order) // a.n_batches)
-        for b in range(a.n_batches):
-            part = order[b * size:(b + 1) * size]
-            if not part:
-                continue
-            text = "\n".join(batch_text([o], catalogs[o["catalog"]]) for o in part)
-            (a.batches / f"batch_{b + 1:02d}.txt").write_text(text, encoding="utf-8")
-            texts[b + 1] = len(part)
-        print(f"judge batches -> {a.batches}: {texts}", file=sys.stderr)
+    out = [_item(base, item["catalog"], cands, base) for base, item in items.items()
+           if (cands := [c for c in item["cands"] if ToolId(*c) in catalogs.catalog(item["catalog"])])]
+    _write(out, a, catalogs, 34, "candidates")
     return 0
 
 
 def mine_tail(a: argparse.Namespace) -> int:
     """Judge items of the candidates just past the scored head (ranks 11-20 by default), the answerable requests
     of one mode: what the probabilities past the head claim, read against what fits."""
-    from retrieval.catalog.model import ToolId
-    from retrieval.evaluation.corpora import load_corpus, shippable_tool
-    from retrieval.index.default import load_or_build_default
-    from retrieval.jsonl import write_jsonl
-    from training.refresh_lists import batch_text, seed_of
-
     rows = [r for r in json.loads(a.flow.read_text())["rows"]
             if r["answerable"] and r["mode"] == a.mode and r.get("tail_ids")]
-    catalogs: dict[str, object] = {}
-    out = []
-    for r in rows:
-        kind = r["catalog"]
-        if kind not in catalogs:
-            cat = (load_or_build_default(with_examples=False, show_progress=True).catalog
-                   if kind == "mcpzero-org" else load_corpus(kind).catalog)
-            catalogs[kind] = (cat, {tuple(shippable_tool(kind, (t.id.server, t.id.tool))): [t.id.server, t.id.tool]
-                                    for t in cat.tools})
-        cat, real = catalogs[kind]
-        cands = [real[tuple(t)] for t in r["tail_ids"] if tuple(t) in real and ToolId(*real[tuple(t)]) in cat]
-        random.Random(seed_of("tail:" + r["id"])).shuffle(cands)
-        out.append({"id": r["id"], "catalog": kind, "query": None,
-                    "candidates": [{"server": s_, "tool": t_} for s_, t_ in cands]})
-    queries = _queries(a.flow, {o["id"] for o in out})
-    for o in out:
-        o["query"] = queries[o["id"]]
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(a.out, shippable_items(out))
-    if a.batches:
-        a.batches.mkdir(parents=True, exist_ok=True)
-        order = list(out)
-        random.Random(35).shuffle(order)
-        size = -(-len(order) // a.n_batches)
-        for b in range(a.n_batches):
-            part = order[b * size:(b + 1) * size]
-            if part:
-                text = "\n".join(batch_text([o], catalogs[o["catalog"]][0]) for o in part)
-                (a.batches / f"batch_{b + 1:02d}.txt").write_text(text, encoding="utf-8")
-    print(f"{len(out)} requests, {sum(len(o['candidates']) for o in out)} candidates past the head -> {a.out}",
-          file=sys.stderr)
+    catalogs = _Catalogs()
+    out = [_item(r["id"], r["catalog"], [name for t in r["tail_ids"] if (name := catalogs.real(r["catalog"], t))],
+                 "tail:" + r["id"]) for r in rows]
+    _write(out, a, catalogs, 35, "candidates past the head")
     return 0
 
 
@@ -202,10 +193,7 @@ def _ratio(x: float | None) -> str:
 
 
 def report_tail(a: argparse.Namespace) -> int:
-    from retrieval.jsonl import read_jsonl
-
-    items = [r for _, r in read_jsonl(a.items)]
-    judged = judged_probabilities(items, {str(r["id"]): r for path in a.judged for _, r in read_jsonl(path)})
+    judged = read_judged(a.items, a.judged)
     flow = json.loads(a.flow.read_text())
     rep = tail_report(flow["rows"], judged, a.mode)
     write_result(a.out, {"environment": environment_stamp(), "flow": a.flow.name, "mode": a.mode,
@@ -271,10 +259,7 @@ def judged_report(rows: list[dict], judged: dict[str, dict[tuple[str, str], floa
     from retrieval.evaluation.stats import ece, ece_floor
 
     def fits(case_id: str, tool) -> bool | None:
-        p = judged.get(_base(case_id))
-        if p is None or tool is None:
-            return None
-        return p.get(tuple(tool), 0.0) >= FITS
+        return _fits(judged, case_id, tool)
 
     out: dict[str, dict] = {}
     for kind in sorted({r["catalog"] for r in rows}):
@@ -286,9 +271,6 @@ def judged_report(rows: list[dict], judged: dict[str, dict[tuple[str, str], floa
             ans = [r for r in rs if r["answerable"] and _base(r["id"]) in judged]
             rep: dict = {"no_fit_judged": len(none), "answerable_judged": len(ans)}
             proceeded = [r for r in none if r["decision1"] == "proceed" or r["decision"] == "proceed"]
-
-            def proceeded_with(r):
-                return (r.get("tools1") or [None])[0] if r["decision1"] == "proceed" else (r.get("tools2") or [None])[0]
             wrong = [r for r in proceeded if not fits(r["id"], proceeded_with(r))]
             clean = [r for r in none if not any(fits(r["id"], t) for t in [*r.get("tools1", []), *r.get("tools2", [])])]
             rep.update({
@@ -336,7 +318,7 @@ def report(a: argparse.Namespace) -> int:
     from training.refresh_lists import agreement
 
     items = [r for _, r in read_jsonl(a.items)]
-    answers = {str(r["id"]): r for path in a.judged for _, r in read_jsonl(path)}
+    answers = read_answers(a.judged)
     judged = judged_probabilities(items, answers)
     flow = json.loads(a.flow.read_text())
     rep = judged_report(flow["rows"], judged, _labels())
@@ -344,8 +326,7 @@ def report(a: argparse.Namespace) -> int:
            "flow_commit": flow.get("commit"), "policy": flow.get("policy"), "items": len(items), "judged": len(judged),
            "report": rep}
     if a.second:
-        second = [r for path in a.second for _, r in read_jsonl(path)]
-        out["second_judge"] = agreement(list(answers.values()), second)
+        out["second_judge"] = agreement(list(answers.values()), list(read_answers(a.second).values()))
     write_result(a.out, out, indent=1)
     print(f"agent flow {out['flow']} (policy {flow.get('policy')}) read against a blind judge: "
           f"{len(judged)} of {len(items)} requests judged\n")

@@ -49,12 +49,6 @@ def best_probabilities(pipe, queries) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(fit), np.asarray(none)
 
 
-def proceeded_with(row: dict) -> list | None:
-    """The tool a replayed row proceeded with: the first search's first tool, or the second's."""
-    tools = row.get("tools1") if row["decision1"] == "proceed" else row.get("tools2")
-    return tools[0] if tools else None
-
-
 def zone_table(rows: list[dict], proceeds=None, floors=None, fits=None) -> list[dict]:
     """Every (proceed threshold, no-fit floor) pair replayed over agent-flow rows run with
     ``--always-second`` (benchmarks/agent_flow.py --set fit): per pair, over all catalog kinds and modes
@@ -64,6 +58,7 @@ def zone_table(rows: list[dict], proceeds=None, floors=None, fits=None) -> list[
     not judged); with it a proceed is right when the tool is labelled *or* judged to fit, so a no-fit twin that
     proceeds with a look-alike the judge accepts is no wrong proceed (an unjudged one counts as wrong)."""
     from retrieval.evaluation.agent_flow import replay
+    from retrieval.evaluation.judged import proceeded_with
 
     def right(r: dict) -> bool:
         return bool(r["right_final"]) or (fits is not None and bool(fits(r, proceeded_with(r))))
@@ -119,16 +114,10 @@ def choose_zones(table: list[dict], *, max_right_empty: float = 0.0, max_nofit_p
 
 def judged_fits(items: Path, judged: list[Path]):
     """``fits(row, tool)`` from a blind judge's answers (``benchmarks/judged_flow.py``; None: not judged)."""
-    from retrieval.evaluation.judged import FITS, base_id, judged_probabilities
-    from retrieval.jsonl import read_jsonl
+    from retrieval.evaluation.judged import fits, read_judged
 
-    probs = judged_probabilities([r for _, r in read_jsonl(items)],
-                                 {str(r["id"]): r for path in judged for _, r in read_jsonl(path)})
-
-    def fits(row: dict, tool) -> bool | None:
-        p = probs.get(base_id(row["id"]))
-        return None if p is None or tool is None else p.get(tuple(tool), 0.0) >= FITS
-    return fits, len(probs)
+    probs = read_judged(items, judged)
+    return (lambda row, tool: fits(probs, row["id"], tool)), len(probs)
 
 
 def flow_main(path: Path, json_out: Path | None, items: Path | None = None, judged: list[Path] | None = None) -> int:

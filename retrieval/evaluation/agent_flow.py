@@ -85,7 +85,6 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
         "right_final": any(t in case.targets for t in final_tools),
         "empty": not final_tools, "attempts": final.attempt, "n_eligible": n_eligible,
         "tools1": [[t.tool_id.server, t.tool_id.tool] for t in ranked[:5]],   # what a judge reads (benchmarks/judged_flow.py)
-        "probs1": [round(float(t.probability), 6) for t in ranked[:10]],     # what a transfer fit reads (training/transfer.py)
     }
     if second is not None:
         row["best2"] = float(second.best_probability)
@@ -211,17 +210,8 @@ def format_flow(rep: dict[str, dict[str, dict]]) -> str:
 def shippable_rows(rows: Sequence[dict]) -> list[dict]:
     """The rows as a result file in the repository may hold them: the tool names of a corpus without a licence
     (``corpora.shippable``) replaced by stable digests, which still match the judge's items (same digests)."""
-    from .corpora import shippable, shippable_tool
+    from .corpora import shippable_tool
 
-    out = []
-    for r in rows:
-        if shippable(r["catalog"]):
-            out.append(r)
-            continue
-        r = dict(r)
-        for key in ("tools1", "tools2", "tail_ids"):
-            if key in r:
-                r[key] = [shippable_tool(r["catalog"], t) for t in r[key]]
-        out.append(r)
-    return out
+    return [{**r, **{key: [shippable_tool(r["catalog"], t) for t in r[key]]
+                     for key in ("tools1", "tools2", "tail_ids") if key in r}} for r in rows]
 

@@ -58,6 +58,7 @@ CORPORA: dict[str, CorpusInfo] = {
     "gorilla_apibench": CorpusInfo("Apache-2.0", "GPT-4 self-instruct", "dev", "re-packaged by ToolRet (evaluation-only)"),
 }
 TRAIN_CORPORA = tuple(n for n, c in CORPORA.items() if c.use == "train")
+DEV_CORPORA = tuple(n for n, c in CORPORA.items() if c.use == "dev")
 
 
 def shippable(kind: str) -> bool:
@@ -75,7 +76,6 @@ def shippable_tool(kind: str, tool: Sequence[str]) -> list[str]:
     if shippable(kind) or tool[0] == "sha1":   # a digest stays what it is
         return [str(tool[0]), str(tool[1])]
     return ["sha1", hashlib.sha1(f"{tool[0]}\x1f{tool[1]}".encode()).hexdigest()[:12]]
-DEV_CORPORA = tuple(n for n, c in CORPORA.items() if c.use == "dev")
 
 
 @dataclass(frozen=True)

@@ -411,10 +411,10 @@ class Pipeline:
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)
-        kept = decided.decision == "no_fit" and req.attempt >= 2
-        if kept:
+        undecided = decided
+        if req.attempt >= 2:   # unchanged unless this search says no_fit
             decided = keep_first_answer(decided, previous, req.catalog, req.eligible, req.policy, req.max_results)
-            kept = decided.decision != "no_fit"
+        kept = decided is not undecided
         result = self._output(req, found, hits, decided)
         if kept:
             result = dataclasses.replace(result, message=result.message + KEPT_MESSAGE, raw_best=None)
