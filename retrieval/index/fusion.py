@@ -71,7 +71,7 @@ class FusionConfig:
         happens at query time, so nothing stored changes; the day-one confidence models of 0.12.0 on were
         fitted with them). ``tools`` may be a callable, read only when that question arises."""
         cfg = cls(**saved)
-        if _older_than(built_by, (0, 12, 0)) and _weights(cfg) == _weights(cls()) \
+        if _older_than(built_by, "0.12.0") and _weights(cfg) == _weights(cls()) \
                 and cls.for_catalog(tools() if callable(tools) else tools, with_examples).day_one_weights:
             return cls(**{**saved, **{k: getattr(cls.day_one(), k) for k in _WEIGHTS}})
         return cfg
@@ -89,18 +89,17 @@ def _weights(cfg: FusionConfig) -> tuple[float, ...]:
     return tuple(float(getattr(cfg, k)) for k in _WEIGHTS)
 
 
-def _older_than(version: str | None, than: tuple[int, ...]) -> bool:
-    """Whether a package version string is older than ``than`` (no version: built before versions were
-    recorded, so older; an unreadable one: not older)."""
+def _older_than(version: str | None, than: str) -> bool:
+    """Whether a package version string is older than ``than`` (PEP 440, so ``0.12.0rc1`` is older than
+    ``0.12.0``); no version: built before versions were recorded, so older; an unreadable one: not older."""
+    from packaging.version import InvalidVersion, Version
+
     if not version:
         return True
-    parts = []
-    for piece in str(version).split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            return False
-        parts.append(int(digits))
-    return tuple(parts) < than
+    try:
+        return Version(str(version)) < Version(than)
+    except InvalidVersion:
+        return False
 
 
 def reciprocal_rank_fusion(lists: list[list[int]], weights: list[float], k: float) -> list[tuple[int, float]]:

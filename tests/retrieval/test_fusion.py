@@ -117,6 +117,10 @@ def test_an_index_saved_before_the_day_one_weights_takes_them_on_load():
     chosen = dataclasses.asdict(FusionConfig(w_dense=1.0))
     assert FusionConfig.from_manifest(chosen, "0.9.0", bare, True) == FusionConfig(w_dense=1.0)   # chosen weights stay
     assert FusionConfig.from_manifest(old, "dev-build", bare, True) == FusionConfig(learned_lexical="both")
+    # PEP 440 order (packaging): a release candidate of 0.12.0 is older than 0.12.0, 0.12.0.post1 is not
+    assert FusionConfig.from_manifest(old, "0.12.0rc1", bare, True).day_one_weights
+    assert FusionConfig.from_manifest(old, "0.12.0.post1", bare, True) == FusionConfig(learned_lexical="both")
+    assert FusionConfig.from_manifest(old, "0.9.10", bare, True).day_one_weights
     called = []
     FusionConfig.from_manifest(old, "0.12.1", lambda: called.append(1) or bare, True)
     assert not called                                                   # the catalog read only when it matters
