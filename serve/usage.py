@@ -47,7 +47,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Hashable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -484,21 +484,36 @@ class UsageBook:
                       "learned": learned_now})
         return FeedbackOutcome(learned_now, reason, len(current.get(tid, ())))
 
+    def _offered_successes(self, tenant: str, key: Callable[[dict], Hashable]) -> tuple[list[dict], int]:
+        """The tenant's kept feedback events of a successful call to a tool its search offered, with the offered
+        probabilities, the first per ``key(event)``; and how many successful calls went to tools not offered.
+        The evidence of both the recalibration (one per request) and the calibration page (one per call)."""
+        folder = self.root / tenant_folder(tenant)
+        events = self.tenant(tenant).events() if folder.exists() else []
+        seen: set[Hashable] = set()
+        kept: list[dict] = []
+        not_offered = 0
+        for e in events:
+            if e.get("outcome") != "success":
+                continue
+            if not e.get("offered"):
+                not_offered += 1
+                continue
+            k = key(e)
+            if not e.get("offered_probabilities") or k in seen:
+                continue
+            seen.add(k)
+            kept.append(e)
+        return kept, not_offered
+
     def use_observations(self, tenant: str) -> tuple[list[float], list[float]]:
         """The tenant's recalibration evidence: for each search (request id) whose offered tool was called
         successfully, its best probability before any recalibration and 1 when the called tool was the first
         one offered, else 0 (the first successful call of a request id counts)."""
-        folder = self.root / tenant_folder(tenant)
-        events = self.tenant(tenant).events() if folder.exists() else []
-        seen: set[str] = set()
         p: list[float] = []
         y: list[float] = []
-        for e in events:
-            offered = e.get("offered_probabilities") or []
-            rid = str(e.get("request_id"))
-            if e.get("outcome") != "success" or not e.get("offered") or not offered or rid in seen:
-                continue
-            seen.add(rid)
+        for e in self._offered_successes(tenant, lambda e: str(e.get("request_id")))[0]:
+            offered = e["offered_probabilities"]
             if "offered_raw_best" in e:   # 0.11.0 on: None when the first tool was a shortcut (always available,
                 raw = e["offered_raw_best"]   # named exactly), not a calibrated candidate: no observation
                 if not isinstance(raw, (int, float)):
@@ -562,23 +577,11 @@ class UsageBook:
         called, 0 for the others. (A failed call says nothing about which tool fitted; calls to tools
         not offered are counted apart.) Returns the reliability bins, the ECE, and the daily decisions.
         """
-        folder = self.root / tenant_folder(tenant)
-        events = self.tenant(tenant).events() if folder.exists() else []
-        seen: set[tuple[str, str, str]] = set()
+        calls, not_offered = self._offered_successes(
+            tenant, lambda e: (str(e.get("request_id")), str(e.get("server")), str(e.get("tool"))))
         points: list[tuple[float, int]] = []
-        not_offered = 0
-        for e in events:
-            if e.get("outcome") != "success":
-                continue
-            if not e.get("offered"):
-                not_offered += 1
-                continue
-            offered = e.get("offered_probabilities") or []
-            key = (str(e.get("request_id")), str(e.get("server")), str(e.get("tool")))
-            if not offered or key in seen:
-                continue
-            seen.add(key)
-            for server, tool, p in offered:
+        for e in calls:
+            for server, tool, p in e["offered_probabilities"]:
                 points.append((float(p), int(server == e.get("server") and tool == e.get("tool"))))
         edges = [i / bins for i in range(bins + 1)]
         table = []
@@ -594,7 +597,7 @@ class UsageBook:
             days = self.ledger.days(tenant)
         except Exception:   # a replica's memory ledger after a restart, or a locked file: no daily counts
             days = []
-        return {"tenant": tenant, "observations": n, "searches_with_feedback": len(seen),
+        return {"tenant": tenant, "observations": n, "searches_with_feedback": len(calls),
                 "calls_to_tools_not_offered": not_offered, "ece": ece, "bins": table, "days": days}
 
     def remove(self, tenant: str, tool_id: tuple[str, str] | None = None, request: str | None = None) -> int:
