@@ -11,7 +11,14 @@ organisations and the training corpora) with a pull towards the identity, chosen
 (the mean ECE over the kinds left out), then checked once on the report catalogs (MCP-Zero test organisations
 and the held-out corpora): ECE against the labels and, with ``--judged``, against the first tool fitting
 (labelled or accepted by the blind judge, ``benchmarks/judged_flow.py``). Each ECE comes with the ECE a
-calibrated model would read at that count (``stats.ece_floor``). Prints both tables; writes JSON.
+calibrated model would read at that count (``stats.ece_floor``).
+
+What a map costs where nothing fits: the same map read on each answerable request's no-fit twin (its labelled
+tools made ineligible): the share of twins that would proceed (best at or over ``--proceed``) before and after,
+and, with ``--judged``, the share proceeding with a first tool the judge does not accept. ``--mixture`` fits on
+the twins too (a first tool fits when labelled or, with ``--fit-judged``, judged to fit), the population the
+decision reads: a probability calibrated on answerable requests alone is under it on them by construction,
+since it cannot be calibrated on both unless it tells them apart. Prints the tables; writes JSON.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ VARIANTS = ("identity", "platt", "size")
 MODES = ("need", "request_only")   # late_need's first search is request_only's
 
 
-def first_searches(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("answerable") and r.get("mode") in MODES]
+def first_searches(rows: list[dict], twins: bool = False) -> list[dict]:
+    """The first searches of the answerable requests (``twins``: and of their no-fit twins)."""
+    return [r for r in rows if (twins or r.get("answerable")) and r.get("mode") in MODES]
 
 
 def load_fits(items: Path, judged: list[Path]):
@@ -89,7 +97,7 @@ def leave_one_kind_out(rows: list[dict]) -> dict[str, dict[str, float]]:
     for variant in VARIANTS:
         per = {}
         for kind in kinds:
-            test = [r for r in rows if r["catalog"] == kind]
+            test = [r for r in rows if r["catalog"] == kind and r.get("answerable", True)]   # the target: answerable
             w = fit([r for r in rows if r["catalog"] != kind], variant)
             per[kind] = float(ece(apply(test, variant, w), np.array([r["right1"] for r in test], dtype=float)))
         per["mean"] = float(np.mean([per[k] for k in kinds]))
@@ -98,15 +106,19 @@ def leave_one_kind_out(rows: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
-def check(rows: list[dict], variant: str, w: np.ndarray, fits=None) -> dict[str, dict[str, dict[str, float]]]:
+def check(rows: list[dict], variant: str, w: np.ndarray, fits=None,
+          proceed: float = 0.83) -> dict[str, dict[str, dict[str, float]]]:
     """Per report kind and mode: ECE before and after the map, against the labels and (``fits``: a row's first
-    tool judged to fit) against what fits, each with a calibrated model's median ECE at that count."""
+    tool judged to fit) against what fits, each with a calibrated model's median ECE at that count; where
+    ``rows`` hold no-fit twins, the share of them proceeding (best at or over ``proceed``) before and after and,
+    with ``fits``, the share proceeding with a first tool the judge does not accept."""
     from retrieval.evaluation.stats import ece, ece_floor
 
     out: dict[str, dict[str, dict[str, float]]] = {}
     for kind in sorted({r["catalog"] for r in rows}):
         for mode in MODES:
-            rs = [r for r in rows if r["catalog"] == kind and r["mode"] == mode]
+            twins = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and not r.get("answerable")]
+            rs = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and r.get("answerable")]
             if fits is not None:
                 rs = [r for r in rs if fits(r) is not None]
             if not rs:
@@ -121,6 +133,14 @@ def check(rows: list[dict], variant: str, w: np.ndarray, fits=None) -> dict[str,
                 judged = np.array([bool(r["right1"]) or bool(fits(r)) for r in rs], dtype=float)
                 cell.update({"fits": float(judged.mean()), "ece_fits_before": float(ece(p, judged)),
                              "ece_fits_after": float(ece(q, judged))})
+            if twins:
+                tp, tq = np.array([r["best1"] for r in twins]), apply(twins, variant, w)
+                cell.update({"twins": len(twins), "twins_proceed_before": float(np.mean(tp >= proceed)),
+                             "twins_proceed_after": float(np.mean(tq >= proceed))})
+                if fits is not None:   # a twin not judged counts as not fitting (the judge read every offered tool)
+                    wrong = np.array([not fits(r) for r in twins])
+                    cell.update({"twins_wrong_before": float(np.mean((tp >= proceed) & wrong)),
+                                 "twins_wrong_after": float(np.mean((tq >= proceed) & wrong))})
             out.setdefault(kind, {})[mode] = cell
     return out
 
@@ -133,16 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fit-judged", type=Path, nargs="*")
     p.add_argument("--judged-items", type=Path)
     p.add_argument("--judged", type=Path, nargs="*")
+    p.add_argument("--mixture", action="store_true", help="fit on the no-fit twins' first searches too")
+    p.add_argument("--proceed", type=float, default=0.83, help="the proceed threshold the twins are read at")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_calibration.json")
     a = p.parse_args(argv)
     fit_data, report_data = json.loads(a.fit.read_text()), json.loads(a.report.read_text())
     if fit_data.get("set") != "fit" or report_data.get("set") != "report":
         print("error: --fit takes the fit set's rows and --report the report set's", file=sys.stderr)
         return 2
-    rows = first_searches(fit_data["rows"])
+    rows = first_searches(fit_data["rows"], twins=a.mixture)
     if a.fit_judged_items and a.fit_judged:   # fitted to what fits (labelled or judged), not to the labels alone
         rows = judged_target(rows, load_fits(a.fit_judged_items, a.fit_judged))
         print("(the fit reads the fit catalogs' judge: a first tool fits when labelled or judged to fit)")
+    if a.mixture:
+        print("(fitted on the answerable requests and their no-fit twins; the ECE below is the answerable ones')")
     table = leave_one_kind_out(rows)
     kinds = sorted({r["catalog"] for r in rows})
     print(f"fit catalogs, each kind left out of the fit ({len(rows)} first searches): ECE of the best probability\n")
@@ -152,22 +176,28 @@ def main(argv: list[str] | None = None) -> int:
     chosen = min(VARIANTS[1:], key=lambda v: table[v]["mean"])
     w = fit(rows, chosen)
     fits = load_fits(a.judged_items, a.judged) if a.judged_items and a.judged else None
-    result = check(first_searches(report_data["rows"]), chosen, w, fits)
+    result = check(first_searches(report_data["rows"], twins=True), chosen, w, fits, a.proceed)
     print(f"\nchosen on the fit catalogs: {chosen} (weights {np.round(w, 3).tolist()}); checked once on the report "
           "catalogs (ECE before -> after; calibrated model's median at that count)\n")
     print("| catalog | mode | n | mean best before -> after | rank 1 | ECE vs labels | "
-          + ("first tool fits | ECE vs fit | " if fits else "") + "calibrated |\n|---|---|---:|---|---:|---|"
-          + ("---:|---|" if fits else "") + "---:|")
+          + ("first tool fits | ECE vs fit | " if fits else "") + "calibrated | twins proceeding | "
+          + ("wrong proceeds | " if fits else "") + "\n|---|---|---:|---|---:|---|" + ("---:|---|" if fits else "")
+          + "---:|---|" + ("---|" if fits else ""))
     for kind, modes in result.items():
         for mode, c in modes.items():
             line = (f"| {kind} | {mode} | {c['n']} | {c['mean_before']:.2f} -> {c['mean_after']:.2f} | {c['rank1']:.0%} | "
                     f"{c['ece_before']:.3f} -> {c['ece_after']:.3f} | ")
             if fits:
                 line += f"{c['fits']:.0%} | {c['ece_fits_before']:.3f} -> {c['ece_fits_after']:.3f} | "
-            print(line + f"{c['calibrated_median']:.3f} |")
+            line += f"{c['calibrated_median']:.3f} | "
+            line += f"{c['twins_proceed_before']:.0%} -> {c['twins_proceed_after']:.0%} | " if "twins" in c else "- | "
+            if fits:
+                line += f"{c['twins_wrong_before']:.0%} -> {c['twins_wrong_after']:.0%} | " if "twins" in c else "- | "
+            print(line)
     environment = environment_stamp()
     print(stamp_line(environment))
     write_result(a.out, {"environment": environment, "fit": a.fit.name, "report": a.report.name, "loko": table,
+                         "mixture": a.mixture, "proceed": a.proceed,
                          "chosen": chosen, "weights": w.tolist(), "check": result}, indent=1)
     return 0
 

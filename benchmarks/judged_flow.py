@@ -160,9 +160,37 @@ def mine_tail(a: argparse.Namespace) -> int:
     return 0
 
 
+def retail(rows: list[dict], tail) -> list[dict]:
+    """Rows whose tail probabilities are re-read with another tail calibration (``tail_p`` from the rows' own
+    evidence: the retrieval-only probability, the rank, the eligible tools and the head's probabilities), as
+    the pipeline would compute them with it."""
+    import numpy as np
+
+    out = []
+    for r in rows:
+        if "tail_r" in r and "head_p" in r:
+            first = len(r["head_p"]) + 1
+            ranks = np.arange(first, first + len(r["tail_r"]))
+            p = tail.probabilities(np.asarray(r["tail_r"]), ranks, int(r.get("n_eligible", 1)), np.asarray(r["head_p"]))
+            r = dict(r, tail_p=[round(float(x), 6) for x in p])
+        out.append(r)
+    return out
+
+
+def poisson_p(observed: int, expected: float) -> float:
+    """Two-sided p-value of ``observed`` fits where a calibrated tail expects ``expected`` (Poisson): how
+    surprising the count is, since at a few fits in a thousand a ratio alone says little."""
+    from scipy.stats import poisson
+
+    if expected <= 0:
+        return 1.0 if observed == 0 else 0.0
+    return float(min(1.0, 2 * min(poisson.cdf(observed, expected), poisson.sf(observed - 1, expected))))
+
+
 def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int = 10) -> dict[str, dict]:
     """Per catalog kind, ranks 11 to 10 + ``ranks`` of the answerable requests: the mean predicted probability,
-    the share labelled, the share labelled or judged to fit, and predicted over each."""
+    the share labelled, the share labelled or judged to fit, and predicted over each; the expected number of
+    fits (the sum of the predicted) and the Poisson p-value of each observed count against it."""
     import numpy as np
 
     out: dict[str, dict] = {}
@@ -180,11 +208,14 @@ def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int =
         if not pred:
             continue
         mp, ml, mf, mj = float(np.mean(pred)), float(np.mean(lab)), float(np.mean(fit)), float(np.mean(judge))
+        expected = float(np.sum(pred))
         out[kind] = {"candidates": len(pred), "predicted": mp, "labelled": ml, "fits": mf, "judged": mj,
                      "labelled_n": int(sum(lab)), "fits_n": int(sum(fit)), "judged_n": int(sum(judge)),
                      "labelled_judged_n": int(sum(a and b for a, b in zip(lab, judge))),
                      "ratio_labelled": mp / ml if ml else None, "ratio_fits": mp / mf if mf else None,
-                     "ratio_judged": mp / mj if mj else None}   # None: nothing observed to divide by
+                     "ratio_judged": mp / mj if mj else None,   # None: nothing observed to divide by
+                     "expected": expected, "p_labelled": poisson_p(int(sum(lab)), expected),
+                     "p_judged": poisson_p(int(sum(judge)), expected), "p_fits": poisson_p(int(sum(fit)), expected)}
     return out
 
 
@@ -195,17 +226,30 @@ def _ratio(x: float | None) -> str:
 def report_tail(a: argparse.Namespace) -> int:
     judged = read_judged(a.items, a.judged)
     flow = json.loads(a.flow.read_text())
-    rep = tail_report(flow["rows"], judged, a.mode)
+    rows = flow["rows"]
+    if a.tail:   # the same evidence, read with another tail calibration
+        from retrieval.pipeline.confidence import TailCalibration
+
+        try:
+            rows = retail(rows, TailCalibration.load(a.tail))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    rep = tail_report(rows, judged, a.mode)
     write_result(a.out, {"environment": environment_stamp(), "flow": a.flow.name, "mode": a.mode,
-                         "judged": len(judged), "report": rep}, indent=1)
-    print(f"ranks 11-20 of the first search ({a.mode}), {len(judged)} requests judged: predicted against observed\n")
-    print("| catalog | candidates | predicted | labelled (n; judged to fit) | judged to fit (n) | labelled or judged (n) | "
-          "pred / labelled | pred / judged | pred / either |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+                         "tail": str(a.tail) if a.tail else "as the flow ran", "judged": len(judged), "report": rep},
+                 indent=1)
+    print(f"ranks 11-20 of the first search ({a.mode}), {len(judged)} requests judged: predicted against observed"
+          + (f" (tail probabilities re-read with {a.tail})" if a.tail else "") + "\n")
+    print("| catalog | candidates | predicted | expected fits | labelled (n; judged to fit) | judged to fit (n) | "
+          "labelled or judged (n) | pred / labelled (p) | pred / judged (p) | pred / either (p) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for kind, r in rep.items():
-        print(f"| {kind} | {r['candidates']} | {r['predicted']:.4f} | {r['labelled']:.4f} ({r['labelled_n']}; "
-              f"{r['labelled_judged_n']}) | {r['judged']:.4f} ({r['judged_n']}) | {r['fits']:.4f} ({r['fits_n']}) | "
-              f"{_ratio(r['ratio_labelled'])} | {_ratio(r['ratio_judged'])} | {_ratio(r['ratio_fits'])} |")
+        print(f"| {kind} | {r['candidates']} | {r['predicted']:.4f} | {r['expected']:.1f} | {r['labelled']:.4f} "
+              f"({r['labelled_n']}; {r['labelled_judged_n']}) | {r['judged']:.4f} ({r['judged_n']}) | {r['fits']:.4f} "
+              f"({r['fits_n']}) | {_ratio(r['ratio_labelled'])} ({r['p_labelled']:.2g}) | {_ratio(r['ratio_judged'])} "
+              f"({r['p_judged']:.2g}) | {_ratio(r['ratio_fits'])} ({r['p_fits']:.2g}) |")
+    print("(p: two-sided Poisson p-value of the observed count where the predicted probabilities expect the sum)")
     print(stamp_line(environment_stamp()))
     return 0
 
@@ -367,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--items", type=Path, required=True)
     rt.add_argument("--judged", type=Path, nargs="+", required=True)
     rt.add_argument("--mode", default="need")
+    rt.add_argument("--tail", type=Path, help="re-read the rows' tail probabilities with this tail calibration")
     rt.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_tail.json")
     a = p.parse_args(argv)
     return {"mine": mine, "report": report, "mine-tail": mine_tail, "report-tail": report_tail}[a.cmd](a)

@@ -53,6 +53,12 @@ _MAX_SETTLE_WAITS = 10  # ... or after this many waits, if the notices never sto
 FIRST_ANSWERS_KEPT = 64  # first find_tools answers remembered (by request) for the second attempt
 
 
+def _request_key(request: str) -> str:
+    """A request as the gateway remembers its first answer: case and spacing do not make another request
+    (an agent that re-sends "Commit  the staged files" on its second attempt still gets the first answer kept)."""
+    return " ".join(request.split()).casefold()
+
+
 @dataclass(frozen=True)
 class Components:
     """What the gateway builds on.
@@ -513,7 +519,8 @@ class Gateway:
     async def find(self, request: str, need: str | None = None, *, attempt: int = 1) -> "SearchResult | None":
         """The pipeline's answer over the eligible tools (None when nothing is indexed)."""
         await self._ready.wait()
-        previous = (self._first_answers.get(request) or SimpleNamespace(attempt=1)) if attempt >= 2 else None
+        key = _request_key(request)
+        previous = (self._first_answers.get(key) or SimpleNamespace(attempt=1)) if attempt >= 2 else None
 
         def search() -> "SearchResult | None":
             # a refit reads the feedback log: outside the lock every find_tools call takes
@@ -531,8 +538,8 @@ class Gateway:
             return result
         result = await anyio.to_thread.run_sync(search)
         if result is not None and attempt < 2:
-            self._first_answers[request] = result
-            self._first_answers.move_to_end(request)
+            self._first_answers[key] = result
+            self._first_answers.move_to_end(key)
             while len(self._first_answers) > FIRST_ANSWERS_KEPT:
                 self._first_answers.popitem(last=False)
         return result

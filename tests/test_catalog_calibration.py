@@ -34,3 +34,18 @@ def test_the_check_reads_labels_and_judged_fits():
     assert plain["n"] == 200 and plain["ece_after"] < plain["ece_before"]
     judged = cc.check(rows, "platt", w, fits=lambda r: True)["r"]["need"]   # every first tool fits
     assert judged["fits"] == 1.0 and judged["ece_fits_after"] < judged["ece_fits_before"]
+
+
+def test_the_check_reads_what_a_map_costs_on_the_no_fit_twins():
+    rows = _rows("r", 200, 1.0, 4)
+    twins = [dict(r, id=r["id"] + ":none", answerable=False, right1=False) for r in _rows("r", 200, 1.0, 5)]
+    w = cc.fit(rows, "platt")                        # raises every probability: more twins over the threshold
+    cell = cc.check(rows + twins, "platt", w, proceed=0.83)["r"]["need"]
+    assert cell["n"] == 200 and cell["twins"] == 200   # the ECE still reads the answerable requests alone
+    assert cell["twins_proceed_after"] > cell["twins_proceed_before"]
+    judged = cc.check(rows + twins, "platt", w, fits=lambda r: r["answerable"], proceed=0.83)["r"]["need"]
+    assert judged["twins_wrong_after"] == judged["twins_proceed_after"]   # no twin's first tool fits
+    mixed = cc.first_searches(rows + twins, twins=True)
+    assert len(mixed) == 400 and len(cc.first_searches(rows + twins)) == 200
+    loko = cc.leave_one_kind_out(mixed + [dict(r, catalog="s") for r in mixed])
+    assert set(loko["platt"]) >= {"r", "s", "mean"}

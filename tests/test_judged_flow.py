@@ -64,6 +64,30 @@ def test_the_tail_is_read_against_labels_and_the_judge():
     rep = tail_report([row], {"a1": {("S", "b"): 0.8, ("S", "c"): 0.2}})["c"]
     assert rep["candidates"] == 4 and rep["labelled_n"] == 1 and rep["fits_n"] == 2
     assert abs(rep["ratio_labelled"] - 0.4) < 1e-9 and abs(rep["ratio_fits"] - 0.2) < 1e-9
+    assert abs(rep["expected"] - 0.4) < 1e-9 and rep["p_fits"] > 0.05   # 2 fits where 0.4 are expected: not rare
+
+
+def test_a_count_far_from_what_the_tail_expects_is_flagged():
+    from benchmarks.judged_flow import poisson_p
+
+    assert poisson_p(5, 5.0) > 0.9                       # as expected
+    assert poisson_p(0, 10.0) < 0.001 and poisson_p(30, 5.0) < 1e-6   # too few, too many
+    assert poisson_p(0, 0.2) == 1.0                      # nothing where almost nothing is expected
+    assert poisson_p(0, 0.0) == 1.0 and poisson_p(1, 0.0) == 0.0
+
+
+def test_tail_probabilities_re_read_as_the_pipeline_computes_them():
+    import numpy as np
+
+    from benchmarks.judged_flow import retail
+    from retrieval.pipeline.confidence import TailCalibration
+
+    tail = TailCalibration(a=-2.0, b=0.5, c=-1.0, d=0.3, e=0.4)
+    row = {"id": "a", "tail_r": [0.2, 0.1, 0.05], "head_p": [0.9, 0.3], "n_eligible": 40, "tail_p": [0, 0, 0]}
+    got = retail([row, {"id": "b"}], tail)
+    want = tail.probabilities(np.array([0.2, 0.1, 0.05]), np.array([3, 4, 5]), 40, np.array([0.9, 0.3]))
+    assert np.allclose(got[0]["tail_p"], want, atol=1e-6) and got[1] == {"id": "b"}
+    assert row["tail_p"] == [0, 0, 0]                   # the rows read are not changed
 
 
 def test_calibration_rows_read_a_judge_only_where_the_label_missed(tmp_path):

@@ -57,7 +57,10 @@ for kind in ex noex; do
 done
 python "$root/benchmarks/agent_flow.py" --set fit --n "${FLOW_N:-100}" --always-second --model "$out" \
     --out "$results/agent_flow_fit.json" > "$logs/agent_flow_fit.log" 2>&1
-python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibration.json"
+# the tail's level from a blind judge of the fit rows' ranks 11-20 (0.14.0 on; judged_flow.py mine-tail, judges):
+# TAIL_ITEMS=items.jsonl TAIL_JUDGED="judged_*.jsonl"; without them the labels' level (0.13.0's)
+python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibration.json" \
+    ${TAIL_ITEMS:+--judged-items "$TAIL_ITEMS" --judged $TAIL_JUDGED}
 python -m training.thresholds --flow "$results/agent_flow_fit.json" --json "$results/zones_fit.json"
 # read against a blind judge (benchmarks/judged_flow.py mine on the fit rows, judges, then
 # --judged-items ITEMS --judged J*.jsonl): 0.13.0 printed 0.80 and kept 0.83 (docs/results.md, "Release 0.13.0")

@@ -1,0 +1,62 @@
+"""The tail's fit (training/tail.py): the labels give its shape, a blind judge its level."""
+
+import json
+
+import numpy as np
+import pytest
+
+from retrieval.pipeline.confidence import TailCalibration
+from training import tail as tl
+
+
+def _row(i, n_tail=20, fit_at=None, judged=True):
+    return {"id": f"q{i}", "catalog": "k", "mode": "need", "answerable": True, "n_eligible": 50,
+            "head_p": [0.6] + [0.05] * 9, "tail_r": list(np.linspace(0.2, 0.01, n_tail)),
+            "tail_fit": [j == fit_at for j in range(n_tail)],
+            "tail_ids": [["S", f"t{i}_{j}"] for j in range(10)]}
+
+
+def test_the_level_moves_until_the_judged_candidates_expect_the_judged_fits():
+    x = np.column_stack([np.zeros(500), np.log(np.arange(11, 511)), np.full(500, np.log(50)), np.zeros(500)])
+    tail = TailCalibration(a=-1.0, b=0.0, c=-0.5, d=0.2)
+    y = np.zeros(500)
+    y[:3] = 1
+    moved = tl.level_to_judged(tail, x, y, "judge")
+    p = 1 / (1 + np.exp(-(moved.a + x @ np.array([moved.b, moved.c, moved.d, moved.e]))))
+    assert abs(p.sum() - 3.0) < 1e-6
+    assert (moved.b, moved.c, moved.d, moved.e) == (tail.b, tail.c, tail.d, tail.e)   # the shape is kept
+    assert "3 fits the judge accepted" in moved.fitted_on
+    none = tl.level_to_judged(tail, x, np.zeros(500))
+    p0 = 1 / (1 + np.exp(-(none.a + x @ np.array([none.b, none.c, none.d, none.e]))))
+    assert abs(p0.sum() - 0.5) < 1e-6                   # a judge that accepted none: half a fit, not zero
+
+
+def test_only_the_candidates_the_judge_read_count():
+    rows = [_row(0), dict(_row(1), mode="request_only"), dict(_row(2), answerable=False)]
+    judged = {"q0": {("S", "t0_0"): 0.9, ("S", "t0_1"): 0.1, ("S", "t0_2"): 0.0}}
+    x, y = tl.judged_candidates(rows, judged)
+    assert x.shape == (3, 4) and y.tolist() == [1.0, 0.0, 0.0]   # three read, of one need-mode answerable row
+    assert np.allclose(x[:, 1], np.log([11, 12, 13]))               # their ranks past the head
+    with pytest.raises(ValueError, match="no judged tail candidates"):
+        tl.judged_candidates(rows, {})
+
+
+def test_the_cli_levels_the_label_fit_with_the_judge(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    rows = [_row(i, fit_at=int(rng.integers(0, 3)) if i % 3 == 0 else None) for i in range(60)]
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"set": "fit", "rows": rows}))
+    items = tmp_path / "items.jsonl"
+    answers = tmp_path / "judged_01.jsonl"
+    items.write_text("".join(json.dumps({"id": r["id"], "catalog": "k", "query": "q", "candidates":
+                                         [{"server": s, "tool": t} for s, t in r["tail_ids"]]}) + "\n" for r in rows))
+    answers.write_text("".join(json.dumps({"id": r["id"], "n": 10, "p": {"1": 0.9} if i == 0 else {}}) + "\n"
+                               for i, r in enumerate(rows)))
+    assert tl.main([str(flow), "--out", str(tmp_path / "labels.json")]) == 0
+    assert tl.main([str(flow), "--out", str(tmp_path / "judged.json"), "--judged-items", str(items),
+                    "--judged", str(answers)]) == 0
+    labels, judged = TailCalibration.load(tmp_path / "labels.json"), TailCalibration.load(tmp_path / "judged.json")
+    assert judged.a < labels.a and judged.c == labels.c     # 1 judged fit in 600 against 20 labelled in 1,200
+    assert "600 judged candidates" in judged.fitted_on
+    assert tl.main([str(flow), "--out", str(tmp_path / "x.json"), "--judged-items", str(items)]) == 2
+    assert "go together" in capsys.readouterr().err
