@@ -18,7 +18,10 @@ tools made ineligible): the share of twins that would proceed (best at or over `
 and, with ``--judged``, the share proceeding with a first tool the judge does not accept. ``--mixture`` fits on
 the twins too (a first tool fits when labelled or, with ``--fit-judged``, judged to fit), the population the
 decision reads: a probability calibrated on answerable requests alone is under it on them by construction,
-since it cannot be calibrated on both unless it tells them apart. Prints the tables; writes JSON.
+since it cannot be calibrated on both unless it tells them apart. ``--oracle`` bounds every such map: per
+report kind, a monotone map of the best probability fitted *on that kind's own rows* (isotonic; in-sample, an
+upper bound no map fitted elsewhere can beat) on its answerable requests, read on its twins, and one fitted on
+both, read on its answerable requests. Prints the tables; writes JSON.
 """
 
 from __future__ import annotations
@@ -145,6 +148,41 @@ def check(rows: list[dict], variant: str, w: np.ndarray, fits=None,
     return out
 
 
+def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83) -> dict[str, dict[str, dict[str, float]]]:
+    """Per report kind and mode, the best any monotone recalibration of the best probability could do there:
+    isotonic maps fitted in-sample, one on the answerable requests (their ECE near zero by construction: what
+    do the twins then do?) and one on answerable and twins together (what is left of the answerable ECE?).
+    A first tool fits when labelled or, with ``fits``, judged to fit (a twin's only when judged)."""
+    from sklearn.isotonic import IsotonicRegression
+
+    from retrieval.evaluation.stats import ece
+
+    def y_of(r: dict) -> float:
+        return float(bool(r.get("right1")) or bool(fits(r) if fits is not None else False))
+
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for kind in sorted({r["catalog"] for r in rows}):
+        for mode in MODES:
+            ans = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and r.get("answerable")]
+            twins = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and not r.get("answerable")]
+            if not ans or not twins:
+                continue
+            pa, ya = np.array([r["best1"] for r in ans]), np.array([y_of(r) for r in ans])
+            pt, yt = np.array([r["best1"] for r in twins]), np.array([y_of(r) for r in twins])
+            on_ans = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(pa, ya)
+            both = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(
+                np.concatenate([pa, pt]), np.concatenate([ya, yt]))
+            qt = on_ans.predict(pt)
+            out.setdefault(kind, {})[mode] = {
+                "n": len(ans), "twins": len(twins), "ece_before": float(ece(pa, ya)),
+                "ece_answerable_map": float(ece(on_ans.predict(pa), ya)),
+                "twins_proceed_answerable_map": float(np.mean(qt >= proceed)),
+                "twins_wrong_answerable_map": float(np.mean((qt >= proceed) & (yt == 0))),
+                "ece_both_map": float(ece(both.predict(pa), ya)),
+                "twins_wrong_both_map": float(np.mean((both.predict(pt) >= proceed) & (yt == 0)))}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fit", type=Path, required=True, help="agent-flow rows of the fit set (with n_eligible)")
@@ -155,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--judged", type=Path, nargs="*")
     p.add_argument("--mixture", action="store_true", help="fit on the no-fit twins' first searches too")
     p.add_argument("--proceed", type=float, default=0.83, help="the proceed threshold the twins are read at")
+    p.add_argument("--oracle", action="store_true", help="also bound every monotone map, fitted in-sample per kind")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_calibration.json")
     a = p.parse_args(argv)
     fit_data, report_data = json.loads(a.fit.read_text()), json.loads(a.report.read_text())
@@ -194,10 +233,21 @@ def main(argv: list[str] | None = None) -> int:
             if fits:
                 line += f"{c['twins_wrong_before']:.0%} -> {c['twins_wrong_after']:.0%} | " if "twins" in c else "- | "
             print(line)
+    oracle = oracle_bound(first_searches(report_data["rows"], twins=True), fits, a.proceed) if a.oracle else None
+    if oracle:
+        print(f"\nthe bound: isotonic maps fitted in-sample on each report kind (no map fitted elsewhere does better); "
+              f"twins read at {a.proceed}\n")
+        print("| catalog | mode | ECE now | fitted on its answerable: ECE | … its twins proceeding wrongly | "
+              "fitted on answerable and twins: ECE on answerable | … twins proceeding wrongly |\n"
+              "|---|---|---:|---:|---:|---:|---:|")
+        for kind, modes in oracle.items():
+            for mode, c in modes.items():
+                print(f"| {kind} | {mode} | {c['ece_before']:.3f} | {c['ece_answerable_map']:.3f} | "
+                      f"{c['twins_wrong_answerable_map']:.0%} | {c['ece_both_map']:.3f} | {c['twins_wrong_both_map']:.0%} |")
     environment = environment_stamp()
     print(stamp_line(environment))
     write_result(a.out, {"environment": environment, "fit": a.fit.name, "report": a.report.name, "loko": table,
-                         "mixture": a.mixture, "proceed": a.proceed,
+                         "mixture": a.mixture, "proceed": a.proceed, "oracle": oracle,
                          "chosen": chosen, "weights": w.tolist(), "check": result}, indent=1)
     return 0
 

@@ -154,9 +154,65 @@ def mine_tail(a: argparse.Namespace) -> int:
     rows = [r for r in json.loads(a.flow.read_text())["rows"]
             if r["answerable"] and r["mode"] == a.mode and r.get("tail_ids")]
     catalogs = _Catalogs()
+    if a.labelled_past:   # the labelled tools further down (what the labels' tail rate counts past the judged ranks)
+        out = [_item(r["id"], r["catalog"], names, "labelled-tail:" + r["id"]) for r in rows
+               if (names := [name for t, rank in zip(r.get("tail_labelled", []), r.get("tail_labelled_ranks", []))
+                             if rank > a.labelled_past and (name := catalogs.real(r["catalog"], t))])]
+        _write(out, a, catalogs, 36, f"labelled tools past rank {a.labelled_past}")
+        return 0
     out = [_item(r["id"], r["catalog"], [name for t in r["tail_ids"] if (name := catalogs.real(r["catalog"], t))],
                  "tail:" + r["id"]) for r in rows]
     _write(out, a, catalogs, 35, "candidates past the head")
+    return 0
+
+
+def labelled_tail_report(rows: list[dict], judged: dict, past: int = 20, mode: str = "need") -> dict[str, dict]:
+    """Per catalog kind, the labelled tools past rank ``past`` of the answerable requests of ``mode`` and how
+    many of those the judge read accepts: how much of the labels' tail rate is tools that do what was asked; and
+    the fits the tail probabilities expect past that rank (``expected``): the accepted labelled tools are a lower
+    bound on the fits there (the unlabelled ones past the rank were not judged)."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        if not r["answerable"] or r["mode"] != mode:
+            continue
+        cell = out.setdefault(r["catalog"], {"labelled": 0, "read": 0, "fit": 0, "expected": 0.0})
+        head = len(r.get("head_p", []))   # tail_p[i] is rank head + 1 + i
+        cell["expected"] += float(sum(r.get("tail_p", [])[max(0, past - head):]))
+        for t, rank in zip(r.get("tail_labelled", []), r.get("tail_labelled_ranks", [])):
+            if rank <= past:
+                continue
+            cell["labelled"] += 1
+            p = judged.get(r["id"], {}).get(tuple(t))
+            if p is not None:
+                cell["read"] += 1
+                cell["fit"] += int(p >= FITS)
+    for cell in out.values():
+        cell["fit_share"] = cell["fit"] / cell["read"] if cell["read"] else None
+        cell["p_at_least"] = _at_least(cell["fit"], cell["expected"])
+    return dict(sorted(out.items()))
+
+
+def _at_least(observed: int, expected: float) -> float:
+    """P(at least ``observed`` fits) where the tail expects ``expected`` (Poisson): small when even the lower
+    bound on the fits is more than the tail predicts."""
+    from scipy.stats import poisson
+
+    return float(poisson.sf(observed - 1, expected)) if observed else 1.0
+
+
+def report_labelled_tail(a: argparse.Namespace) -> int:
+    judged = read_judged(a.items, a.judged)
+    rows = json.loads(a.flow.read_text())["rows"]
+    rep = labelled_tail_report(rows, judged, a.labelled_past, a.mode)
+    write_result(a.out, {"environment": environment_stamp(), "flow": a.flow.name, "mode": a.mode,
+                         "past": a.labelled_past, "report": rep}, indent=1)
+    print(f"labelled tools past rank {a.labelled_past} of the first search ({a.mode}), read by the judge\n")
+    print("| catalog | labelled past rank | judged | judged to fit (at least that many fits there) | "
+          "fits the tail expects there | P(at least that many) |\n|---|---:|---:|---:|---:|---:|")
+    for kind, c in rep.items():
+        share = f"{c['fit']} ({c['fit_share']:.0%})" if c["fit_share"] is not None else "-"
+        print(f"| {kind} | {c['labelled']} | {c['read']} | {share} | {c['expected']:.1f} | {c['p_at_least']:.2g} |")
+    print(stamp_line(environment_stamp()))
     return 0
 
 
@@ -187,6 +243,14 @@ def poisson_p(observed: int, expected: float) -> float:
     return float(min(1.0, 2 * min(poisson.cdf(observed, expected), poisson.sf(observed - 1, expected))))
 
 
+def _loglik(observed: int, expected: float) -> float:
+    """Poisson log-likelihood of the judged count under the tail's expectation (summed over kinds: one number
+    that compares two tails on the same candidates)."""
+    from scipy.stats import poisson
+
+    return float(poisson.logpmf(observed, max(expected, 1e-12)))
+
+
 def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int = 10) -> dict[str, dict]:
     """Per catalog kind, ranks 11 to 10 + ``ranks`` of the answerable requests: the mean predicted probability,
     the share labelled, the share labelled or judged to fit, and predicted over each; the expected number of
@@ -215,7 +279,8 @@ def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int =
                      "ratio_labelled": mp / ml if ml else None, "ratio_fits": mp / mf if mf else None,
                      "ratio_judged": mp / mj if mj else None,   # None: nothing observed to divide by
                      "expected": expected, "p_labelled": poisson_p(int(sum(lab)), expected),
-                     "p_judged": poisson_p(int(sum(judge)), expected), "p_fits": poisson_p(int(sum(fit)), expected)}
+                     "p_judged": poisson_p(int(sum(judge)), expected), "p_fits": poisson_p(int(sum(fit)), expected),
+                     "loglik_judged": _loglik(int(sum(judge)), expected)}
     return out
 
 
@@ -250,6 +315,9 @@ def report_tail(a: argparse.Namespace) -> int:
               f"({r['fits_n']}) | {_ratio(r['ratio_labelled'])} ({r['p_labelled']:.2g}) | {_ratio(r['ratio_judged'])} "
               f"({r['p_judged']:.2g}) | {_ratio(r['ratio_fits'])} ({r['p_fits']:.2g}) |")
     print("(p: two-sided Poisson p-value of the observed count where the predicted probabilities expect the sum)")
+    print("Poisson log-likelihood of the judged counts, summed over the kinds: "
+          f"{sum(r['loglik_judged'] for r in rep.values()):.1f}; without Gorilla's hubs: "
+          f"{sum(r['loglik_judged'] for k, r in rep.items() if not k.startswith('gorilla')):.1f}")
     print(stamp_line(environment_stamp()))
     return 0
 
@@ -406,6 +474,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--batches", type=Path)
     t.add_argument("--n-batches", type=int, default=8)
     t.add_argument("--mode", default="need")
+    t.add_argument("--labelled-past", type=int, default=0, metavar="RANK",
+                   help="instead: the labelled tools past this rank (rows of 0.14.0 on: tail_labelled)")
+    rl = sub.add_parser("report-labelled-tail", help="the labelled tools past a rank read against the judge")
+    rl.add_argument("--flow", type=Path, required=True)
+    rl.add_argument("--items", type=Path, required=True)
+    rl.add_argument("--judged", type=Path, nargs="+", required=True)
+    rl.add_argument("--labelled-past", type=int, default=20)
+    rl.add_argument("--mode", default="need")
+    rl.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_labelled_tail.json")
     rt = sub.add_parser("report-tail", help="ranks 11-20 read against the judge's answers")
     rt.add_argument("--flow", type=Path, required=True)
     rt.add_argument("--items", type=Path, required=True)
@@ -414,7 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--tail", type=Path, help="re-read the rows' tail probabilities with this tail calibration")
     rt.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_tail.json")
     a = p.parse_args(argv)
-    return {"mine": mine, "report": report, "mine-tail": mine_tail, "report-tail": report_tail}[a.cmd](a)
+    return {"mine": mine, "report": report, "mine-tail": mine_tail, "report-tail": report_tail,
+            "report-labelled-tail": report_labelled_tail}[a.cmd](a)
 
 
 if __name__ == "__main__":

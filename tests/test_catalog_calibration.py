@@ -49,3 +49,20 @@ def test_the_check_reads_what_a_map_costs_on_the_no_fit_twins():
     assert len(mixed) == 400 and len(cc.first_searches(rows + twins)) == 200
     loko = cc.leave_one_kind_out(mixed + [dict(r, catalog="s") for r in mixed])
     assert set(loko["platt"]) >= {"r", "s", "mean"}
+
+
+def test_the_bound_shows_a_score_that_cannot_tell_twins_apart():
+    """Where twins read like answerable requests, the answerable requests' own map lets them proceed, and a map
+    fitted on both leaves the answerable requests under it; where they read lower, both can hold."""
+    rng = np.random.default_rng(7)
+    def rows(gap):
+        ans = [{"id": f"a{i}", "catalog": "k", "mode": "need", "answerable": True, "right1": bool(rng.random() < 0.9),
+                "best1": float(rng.uniform(0.6, 0.95))} for i in range(300)]
+        twins = [{"id": f"a{i}:none", "catalog": "k", "mode": "need", "answerable": False, "right1": False,
+                  "best1": float(rng.uniform(0.6, 0.95) - gap)} for i in range(300)]
+        return ans + twins
+    same = cc.oracle_bound(rows(0.0))["k"]["need"]
+    assert same["ece_answerable_map"] < 0.02 and same["twins_wrong_answerable_map"] > 0.5
+    assert same["ece_both_map"] > 0.3
+    apart = cc.oracle_bound(rows(0.6))["k"]["need"]
+    assert apart["twins_wrong_answerable_map"] == 0.0 and apart["ece_both_map"] < 0.05

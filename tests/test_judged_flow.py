@@ -106,3 +106,27 @@ def test_calibration_rows_read_a_judge_only_where_the_label_missed(tmp_path):
             dict(base, id="m3", right1=True, tools1=[["S", "q"]])]      # labelled right: stays right
     out, accepted = judged_rows(rows, items, [answers])
     assert [r["right1"] for r in out] == [True, False, True] and accepted == 1
+
+
+def test_labelled_tools_further_down_are_read_against_the_judge():
+    from benchmarks.judged_flow import labelled_tail_report
+
+    rows = [{"id": "a", "catalog": "c", "mode": "need", "answerable": True,
+             "tail_labelled": [["S", "x"], ["S", "y"], ["S", "z"]], "tail_labelled_ranks": [15, 30, 90]},
+            {"id": "b", "catalog": "c", "mode": "request_only", "answerable": True,
+             "tail_labelled": [["S", "w"]], "tail_labelled_ranks": [40]}]
+    rep = labelled_tail_report(rows, {"a": {("S", "y"): 0.9, ("S", "z"): 0.1}}, past=20)["c"]
+    assert {k: rep[k] for k in ("labelled", "read", "fit", "fit_share")} == {"labelled": 2, "read": 2, "fit": 1, "fit_share": 0.5}
+    assert rep["expected"] == 0.0 and rep["p_at_least"] == 0.0   # no tail probabilities: one fit is impossible
+
+
+def test_the_fits_expected_past_a_rank_sum_the_tail_from_that_rank():
+    from benchmarks.judged_flow import labelled_tail_report
+
+    row = {"id": "a", "catalog": "c", "mode": "need", "answerable": True, "head_p": [0.9, 0.1],
+           "tail_p": [0.5, 0.25, 0.125, 0.125], "tail_labelled": [["S", "x"]], "tail_labelled_ranks": [5]}
+    import numpy as np
+
+    rep = labelled_tail_report([row], {"a": {("S", "x"): 1.0}}, past=3)["c"]   # ranks 4, 5, 6 are past 3
+    assert rep["expected"] == 0.5 and rep["fit"] == 1
+    assert abs(rep["p_at_least"] - (1 - np.exp(-0.5))) < 1e-9

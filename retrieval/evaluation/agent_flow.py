@@ -98,6 +98,9 @@ def run_case(pipe: Any, case: Case, mode: Mode, *, tail: bool = True, always_sec
         row["tail_p"] = [round(float(x), 6) for x in p[top:]]
         row["tail_fit"] = [h.tool_id in case.targets for h in hits[top:]]
         row["tail_ids"] = [[h.tool_id.server, h.tool_id.tool] for h in hits[top:top + 10]]   # a judge reads these
+        past = [(i + 1, h.tool_id) for i, h in enumerate(hits) if i >= top and h.tool_id in case.targets]
+        row["tail_labelled"] = [[t.server, t.tool] for _, t in past]   # the labelled tools past the head
+        row["tail_labelled_ranks"] = [rank for rank, _ in past]        # (a judge reads those past tail_ids)
         tail_model = getattr(pipe, "tail_confidence", None)
         if tail_model is not None:   # the retrieval-only probability, uncapped (what a tail fit reads), as served
             names = pipe._matchers(case.eligible)[2]
@@ -213,5 +216,5 @@ def shippable_rows(rows: Sequence[dict]) -> list[dict]:
     from .corpora import shippable_tool
 
     return [{**r, **{key: [shippable_tool(r["catalog"], t) for t in r[key]]
-                     for key in ("tools1", "tools2", "tail_ids") if key in r}} for r in rows]
+                     for key in ("tools1", "tools2", "tail_ids", "tail_labelled") if key in r}} for r in rows]
 
