@@ -154,6 +154,7 @@ def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83) -> dict[str
     do the twins then do?) and one on answerable and twins together (what is left of the answerable ECE?).
     A first tool fits when labelled or, with ``fits``, judged to fit (a twin's only when judged)."""
     from sklearn.isotonic import IsotonicRegression
+    from sklearn.metrics import roc_auc_score
 
     from retrieval.evaluation.stats import ece
 
@@ -175,6 +176,9 @@ def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83) -> dict[str
             qt = on_ans.predict(pt)
             out.setdefault(kind, {})[mode] = {
                 "n": len(ans), "twins": len(twins), "ece_before": float(ece(pa, ya)),
+                # how well the best probability tells an answerable request from its twin (1: always)
+                "auroc_answerable_vs_twin": float(roc_auc_score(np.r_[np.ones(len(pa)), np.zeros(len(pt))],
+                                                                np.r_[pa, pt])),
                 "ece_answerable_map": float(ece(on_ans.predict(pa), ya)),
                 "twins_proceed_answerable_map": float(np.mean(qt >= proceed)),
                 "twins_wrong_answerable_map": float(np.mean((qt >= proceed) & (yt == 0))),
@@ -237,12 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     if oracle:
         print(f"\nthe bound: isotonic maps fitted in-sample on each report kind (no map fitted elsewhere does better); "
               f"twins read at {a.proceed}\n")
-        print("| catalog | mode | ECE now | fitted on its answerable: ECE | … its twins proceeding wrongly | "
-              "fitted on answerable and twins: ECE on answerable | … twins proceeding wrongly |\n"
-              "|---|---|---:|---:|---:|---:|---:|")
+        print("| catalog | mode | answerable vs twin AUROC | ECE now | fitted on its answerable: ECE | … its twins "
+              "proceeding wrongly | fitted on answerable and twins: ECE on answerable | … twins proceeding wrongly |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|")
         for kind, modes in oracle.items():
             for mode, c in modes.items():
-                print(f"| {kind} | {mode} | {c['ece_before']:.3f} | {c['ece_answerable_map']:.3f} | "
+                print(f"| {kind} | {mode} | {c['auroc_answerable_vs_twin']:.3f} | {c['ece_before']:.3f} | {c['ece_answerable_map']:.3f} | "
                       f"{c['twins_wrong_answerable_map']:.0%} | {c['ece_both_map']:.3f} | {c['twins_wrong_both_map']:.0%} |")
     environment = environment_stamp()
     print(stamp_line(environment))

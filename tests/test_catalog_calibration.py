@@ -66,3 +66,4 @@ def test_the_bound_shows_a_score_that_cannot_tell_twins_apart():
     assert same["ece_both_map"] > 0.3
     apart = cc.oracle_bound(rows(0.6))["k"]["need"]
     assert apart["twins_wrong_answerable_map"] == 0.0 and apart["ece_both_map"] < 0.05
+    assert same["auroc_answerable_vs_twin"] < 0.6 < 0.99 < apart["auroc_answerable_vs_twin"]
