@@ -18,10 +18,12 @@ tools made ineligible): the share of twins that would proceed (best at or over `
 and, with ``--judged``, the share proceeding with a first tool the judge does not accept. ``--mixture`` fits on
 the twins too (a first tool fits when labelled or, with ``--fit-judged``, judged to fit), the population the
 decision reads: a probability calibrated on answerable requests alone is under it on them by construction,
-since it cannot be calibrated on both unless it tells them apart. ``--oracle`` bounds every such map: per
-report kind, a monotone map of the best probability fitted *on that kind's own rows* (isotonic; in-sample, an
-upper bound no map fitted elsewhere can beat) on its answerable requests, read on its twins, and one fitted on
-both, read on its answerable requests. Prints the tables; writes JSON.
+since it cannot be calibrated on both unless it tells them apart. ``--oracle``: what a map fitted on each
+report kind's *own* rows could do (in-sample, so an optimistic reading): the finest map calibrated on its
+answerable requests (isotonic) read on its twins, one fitted on both read on its answerable requests, and
+the map that proceeds most while calibrated on the answerable requests and letting at most ``--safe`` of the
+twins proceed wrongly (two levels: the answerable rate above a cut and below it), beside today's proceeds.
+Prints the tables; writes JSON.
 """
 
 from __future__ import annotations
@@ -148,11 +150,31 @@ def check(rows: list[dict], variant: str, w: np.ndarray, fits=None,
     return out
 
 
-def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83) -> dict[str, dict[str, dict[str, float]]]:
-    """Per report kind and mode, the best any monotone recalibration of the best probability could do there:
-    isotonic maps fitted in-sample, one on the answerable requests (their ECE near zero by construction: what
-    do the twins then do?) and one on answerable and twins together (what is left of the answerable ECE?).
-    A first tool fits when labelled or, with ``fits``, judged to fit (a twin's only when judged)."""
+def _most_proceeding(pa: np.ndarray, ya: np.ndarray, pt: np.ndarray, yt: np.ndarray, proceed: float,
+                     safe: float) -> tuple[float, float | None]:
+    """The largest share of answerable first searches a map calibrated on them can proceed on while at most
+    ``safe`` of the twins proceed with a tool the judge rejects: a two-level map (the answerable fit rate over a
+    cut of the best probability, and under it) keeps the order, reads an ECE of 0 on the answerable requests,
+    and proceeds over the cut if that rate reaches ``proceed``; any finer calibrated map proceeds on no more.
+    Returns (share, cut) — (0.0, None) where no cut qualifies."""
+    best: tuple[float, float | None] = (0.0, None)
+    for cut in np.unique(np.r_[pa, pt]):
+        over = pa >= cut
+        if not over.any() or ya[over].mean() < proceed:
+            continue
+        if np.mean((pt >= cut) & (yt == 0)) <= safe and over.mean() > best[0]:
+            best = (float(over.mean()), float(cut))
+    return best
+
+
+def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83,
+                 safe: float = 0.10) -> dict[str, dict[str, dict[str, float]]]:
+    """Per report kind and mode, what maps of the best probability fitted on the kind's own rows could do
+    (in-sample): the finest map calibrated on the answerable requests (isotonic: its ECE near zero by
+    construction) and the twins it lets proceed wrongly; one fitted on answerable and twins together and the
+    answerable ECE it leaves; and the share of answerable first searches the most-proceeding map calibrated on
+    them can proceed on with at most ``safe`` wrong twin proceeds (:func:`_most_proceeding`), beside the share
+    proceeding now. A first tool fits when labelled or, with ``fits``, judged to fit (a twin's only when judged)."""
     from sklearn.isotonic import IsotonicRegression
     from sklearn.metrics import roc_auc_score
 
@@ -174,6 +196,7 @@ def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83) -> dict[str
             both = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(
                 np.concatenate([pa, pt]), np.concatenate([ya, yt]))
             qt = on_ans.predict(pt)
+            share, cut = _most_proceeding(pa, ya, pt, yt, proceed, safe)
             out.setdefault(kind, {})[mode] = {
                 "n": len(ans), "twins": len(twins), "ece_before": float(ece(pa, ya)),
                 # how well the best probability tells an answerable request from its twin (1: always)
@@ -183,7 +206,10 @@ def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83) -> dict[str
                 "twins_proceed_answerable_map": float(np.mean(qt >= proceed)),
                 "twins_wrong_answerable_map": float(np.mean((qt >= proceed) & (yt == 0))),
                 "ece_both_map": float(ece(both.predict(pa), ya)),
-                "twins_wrong_both_map": float(np.mean((both.predict(pt) >= proceed) & (yt == 0)))}
+                "twins_wrong_both_map": float(np.mean((both.predict(pt) >= proceed) & (yt == 0))),
+                "answerable_proceed_now": float(np.mean(pa >= proceed)),
+                "twins_wrong_now": float(np.mean((pt >= proceed) & (yt == 0))),
+                "answerable_proceed_calibrated_safe": share, "calibrated_safe_cut": cut}
     return out
 
 
@@ -197,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--judged", type=Path, nargs="*")
     p.add_argument("--mixture", action="store_true", help="fit on the no-fit twins' first searches too")
     p.add_argument("--proceed", type=float, default=0.83, help="the proceed threshold the twins are read at")
-    p.add_argument("--oracle", action="store_true", help="also bound every monotone map, fitted in-sample per kind")
+    p.add_argument("--oracle", action="store_true", help="also what maps fitted in-sample on each report kind could do")
+    p.add_argument("--safe", type=float, default=0.10, help="the wrong twin proceeds --oracle allows (default 0.10)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_calibration.json")
     a = p.parse_args(argv)
     fit_data, report_data = json.loads(a.fit.read_text()), json.loads(a.report.read_text())
@@ -216,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| variant | " + " | ".join(kinds) + " | mean | worst |\n|---|" + "---:|" * (len(kinds) + 2))
     for variant, per in table.items():
         print(f"| {variant} | " + " | ".join(f"{per[k]:.3f}" for k in kinds) + f" | {per['mean']:.3f} | {per['worst']:.3f} |")
-    chosen = min(VARIANTS[1:], key=lambda v: table[v]["mean"])
+    chosen = min(VARIANTS, key=lambda v: table[v]["mean"])   # the identity too: no map unless one beats it
     w = fit(rows, chosen)
     fits = load_fits(a.judged_items, a.judged) if a.judged_items and a.judged else None
     result = check(first_searches(report_data["rows"], twins=True), chosen, w, fits, a.proceed)
@@ -237,17 +264,19 @@ def main(argv: list[str] | None = None) -> int:
             if fits:
                 line += f"{c['twins_wrong_before']:.0%} -> {c['twins_wrong_after']:.0%} | " if "twins" in c else "- | "
             print(line)
-    oracle = oracle_bound(first_searches(report_data["rows"], twins=True), fits, a.proceed) if a.oracle else None
+    oracle = oracle_bound(first_searches(report_data["rows"], twins=True), fits, a.proceed, a.safe) if a.oracle else None
     if oracle:
-        print(f"\nthe bound: isotonic maps fitted in-sample on each report kind (no map fitted elsewhere does better); "
-              f"twins read at {a.proceed}\n")
-        print("| catalog | mode | answerable vs twin AUROC | ECE now | fitted on its answerable: ECE | … its twins "
-              "proceeding wrongly | fitted on answerable and twins: ECE on answerable | … twins proceeding wrongly |\n"
+        print(f"\nmaps fitted in-sample on each report kind's own rows (an optimistic reading); twins read at {a.proceed}\n")
+        print("| catalog | mode | answerable vs twin AUROC | ECE now | finest map calibrated on its answerable: twins "
+              "proceeding wrongly | a map fitted on answerable and twins: ECE on answerable | answerable proceeding now "
+              f"(twins wrongly) | most proceeding, calibrated, twins wrongly <= {a.safe:.0%} |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|")
         for kind, modes in oracle.items():
             for mode, c in modes.items():
-                print(f"| {kind} | {mode} | {c['auroc_answerable_vs_twin']:.3f} | {c['ece_before']:.3f} | {c['ece_answerable_map']:.3f} | "
-                      f"{c['twins_wrong_answerable_map']:.0%} | {c['ece_both_map']:.3f} | {c['twins_wrong_both_map']:.0%} |")
+                print(f"| {kind} | {mode} | {c['auroc_answerable_vs_twin']:.3f} | {c['ece_before']:.3f} | "
+                      f"{c['twins_wrong_answerable_map']:.0%} | {c['ece_both_map']:.3f} | "
+                      f"{c['answerable_proceed_now']:.0%} ({c['twins_wrong_now']:.0%}) | "
+                      f"{c['answerable_proceed_calibrated_safe']:.0%} |")
     environment = environment_stamp()
     print(stamp_line(environment))
     write_result(a.out, {"environment": environment, "fit": a.fit.name, "report": a.report.name, "loko": table,

@@ -154,7 +154,7 @@ def mine_tail(a: argparse.Namespace) -> int:
     rows = [r for r in json.loads(a.flow.read_text())["rows"]
             if r["answerable"] and r["mode"] == a.mode and r.get("tail_ids")]
     catalogs = _Catalogs()
-    if a.labelled_past:   # the labelled tools further down (what the labels' tail rate counts past the judged ranks)
+    if a.labelled_past is not None:   # the labelled tools further down (what the labels' tail rate counts past the judged ranks)
         out = [_item(r["id"], r["catalog"], names, "labelled-tail:" + r["id"]) for r in rows
                if (names := [name for t, rank in zip(r.get("tail_labelled", []), r.get("tail_labelled_ranks", []))
                              if rank > a.labelled_past and (name := catalogs.real(r["catalog"], t))])]
@@ -176,8 +176,8 @@ def labelled_tail_report(rows: list[dict], judged: dict, past: int = 20, mode: s
         if not r["answerable"] or r["mode"] != mode:
             continue
         cell = out.setdefault(r["catalog"], {"labelled": 0, "read": 0, "fit": 0, "expected": 0.0})
-        head = len(r.get("head_p", []))   # tail_p[i] is rank head + 1 + i
-        cell["expected"] += float(sum(r.get("tail_p", [])[max(0, past - head):]))
+        if "head_p" in r:   # tail_p[i] is rank len(head_p) + 1 + i
+            cell["expected"] += float(sum(r.get("tail_p", [])[max(0, past - len(r["head_p"])):]))
         for t, rank in zip(r.get("tail_labelled", []), r.get("tail_labelled_ranks", [])):
             if rank <= past:
                 continue
@@ -265,6 +265,8 @@ def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int =
                 continue
             j = judged[r["id"]]
             for p, f, t in zip(r["tail_p"][:ranks], r["tail_fit"][:ranks], r["tail_ids"][:ranks]):
+                if tuple(t) not in j:   # a candidate the judge did not read counts neither way
+                    continue
                 pred.append(p)
                 lab.append(bool(f))
                 judge.append(j.get(tuple(t), 0.0) >= FITS)
@@ -474,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--batches", type=Path)
     t.add_argument("--n-batches", type=int, default=8)
     t.add_argument("--mode", default="need")
-    t.add_argument("--labelled-past", type=int, default=0, metavar="RANK",
+    t.add_argument("--labelled-past", type=int, metavar="RANK",
                    help="instead: the labelled tools past this rank (rows of 0.14.0 on: tail_labelled)")
     rl = sub.add_parser("report-labelled-tail", help="the labelled tools past a rank read against the judge")
     rl.add_argument("--flow", type=Path, required=True)

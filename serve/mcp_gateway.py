@@ -54,9 +54,10 @@ FIRST_ANSWERS_KEPT = 64  # first find_tools answers remembered (by request) for 
 
 
 def _request_key(request: str) -> str:
-    """A request as the gateway remembers its first answer: case and spacing do not make another request
-    (an agent that re-sends "Commit  the staged files" on its second attempt still gets the first answer kept)."""
-    return " ".join(request.split()).casefold()
+    """A request as the gateway remembers its first answer: spacing does not make another request (an agent
+    that re-sends "Commit  the staged files\n" on its second attempt still gets the first answer kept); case
+    does (``README`` and ``readme``, a branch name, may be other things)."""
+    return " ".join(request.split())
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,12 @@ def test_the_check_reads_what_a_map_costs_on_the_no_fit_twins():
     assert set(loko["platt"]) >= {"r", "s", "mean"}
 
 
-def test_the_bound_shows_a_score_that_cannot_tell_twins_apart():
-    """Where twins read like answerable requests, the answerable requests' own map lets them proceed, and a map
-    fitted on both leaves the answerable requests under it; where they read lower, both can hold."""
+def test_maps_fitted_on_the_kind_itself_show_what_the_score_allows():
+    """Where twins read like answerable requests, the finest map calibrated on the answerable ones lets them
+    proceed and a map fitted on both leaves the answerable requests under it; a coarser calibrated map can still
+    proceed safely only as far as the score separates them."""
     rng = np.random.default_rng(7)
+
     def rows(gap):
         ans = [{"id": f"a{i}", "catalog": "k", "mode": "need", "answerable": True, "right1": bool(rng.random() < 0.9),
                 "best1": float(rng.uniform(0.6, 0.95))} for i in range(300)]
@@ -64,6 +66,33 @@ def test_the_bound_shows_a_score_that_cannot_tell_twins_apart():
     same = cc.oracle_bound(rows(0.0))["k"]["need"]
     assert same["ece_answerable_map"] < 0.02 and same["twins_wrong_answerable_map"] > 0.5
     assert same["ece_both_map"] > 0.3
+    assert same["answerable_proceed_calibrated_safe"] < 0.2         # only the top tenth can go: twins there too
     apart = cc.oracle_bound(rows(0.6))["k"]["need"]
     assert apart["twins_wrong_answerable_map"] == 0.0 and apart["ece_both_map"] < 0.05
+    assert apart["answerable_proceed_calibrated_safe"] == 1.0      # one level for all of them: 0.9 >= 0.83
     assert same["auroc_answerable_vs_twin"] < 0.6 < 0.99 < apart["auroc_answerable_vs_twin"]
+    judged = cc.oracle_bound(rows(0.0), fits=lambda r: True)["k"]["need"]   # every twin's first tool fits
+    assert judged["twins_wrong_answerable_map"] == 0.0 and judged["answerable_proceed_calibrated_safe"] == 1.0
+
+
+def test_the_most_proceeding_calibrated_map_keeps_the_rate_over_its_cut():
+    pa = np.array([0.2, 0.4, 0.6, 0.8, 0.9])
+    ya = np.array([0, 1, 1, 1, 1], dtype=float)
+    pt = np.array([0.5, 0.7])
+    yt = np.zeros(2)
+    share, cut = cc._most_proceeding(pa, ya, pt, yt, proceed=0.83, safe=0.0)
+    assert (share, cut) == (0.4, 0.8)          # a cut at 0.4 or 0.6 would let a twin through
+    share, cut = cc._most_proceeding(pa, ya, pt, yt, proceed=0.83, safe=0.5)
+    assert (share, cut) == (0.6, 0.6)          # one twin allowed: 0.6 up is 3 of 3 right
+    assert cc._most_proceeding(pa, np.zeros(5), pt, yt, 0.83, 1.0) == (0.0, None)
+
+
+def test_twin_separation_reads_each_signal_per_kind():
+    from benchmarks.twin_separation import separation
+
+    pts = [{"catalog": "k", "answerable": a, "best_probability": 0.9 if a else 0.1, "logit": 0.0,
+            "logit_gap": 1.0 if a else 2.0} for a in (True, False) * 5]
+    pts.append({"catalog": "only_answerable", "answerable": True, "best_probability": 1, "logit": 1, "logit_gap": 1})
+    table = separation(pts)
+    assert set(table) == {"k"}                                 # a kind without twins has nothing to separate
+    assert table["k"] == {"answerable": 5, "twins": 5, "best_probability": 1.0, "logit": 0.5, "logit_gap": 0.0}

@@ -2,6 +2,8 @@
 tool the judge accepts is not a wrong proceed, twins with no accepted tool are the judged no-fit ones, and the
 first tool counts as right when labelled or accepted."""
 
+import numpy as np
+
 from benchmarks.judged_flow import judged_probabilities, judged_report
 
 
@@ -47,10 +49,12 @@ def test_results_of_a_corpus_without_a_licence_keep_digests_that_still_line_up()
     digest = shippable_tool("ultratool", ("S", "x"))
     assert digest[0] == "sha1" and "x" not in digest[1] and digest == shippable_tool("ultratool", ["S", "x"])
     assert shippable_tool("ultratool", digest) == digest          # digesting twice changes nothing
-    rows = [_row("u1:none", False, 0.9, [("S", "x")], decision1="proceed", decision="proceed") | {"catalog": "ultratool"}]
+    rows = [_row("u1:none", False, 0.9, [("S", "x")], decision1="proceed", decision="proceed")
+            | {"catalog": "ultratool", "tail_labelled": [["S", "x"]], "tail_labelled_ranks": [40]}]
     items = [{"id": "u1", "catalog": "ultratool", "query": "secret text", "candidates": [{"server": "S", "tool": "x"}]}]
     rows, items = shippable_rows(rows), shippable_items(items)
     assert rows[0]["tools1"] == [digest] and items[0]["query"] is None and "secret" not in str(items)
+    assert rows[0]["tail_labelled"] == [digest] and rows[0]["tail_labelled_ranks"] == [40]
     judged = judged_probabilities(items, {"u1": {"id": "u1", "n": 1, "p": {"1": 0.9}}})
     rep = judged_report(rows, judged, {})["ultratool"]["need"]
     assert rep["nofit_proceed"] == 1.0 and rep["nofit_wrong_proceed"] == 0.0   # the digests still match
@@ -61,7 +65,7 @@ def test_the_tail_is_read_against_labels_and_the_judge():
 
     row = {"id": "a1", "catalog": "c", "mode": "need", "answerable": True, "tail_p": [0.1, 0.1, 0.1, 0.1],
            "tail_fit": [True, False, False, False], "tail_ids": [["S", "a"], ["S", "b"], ["S", "c"], ["S", "d"]]}
-    rep = tail_report([row], {"a1": {("S", "b"): 0.8, ("S", "c"): 0.2}})["c"]
+    rep = tail_report([row], {"a1": {("S", "a"): 0.0, ("S", "b"): 0.8, ("S", "c"): 0.2, ("S", "d"): 0.0}})["c"]
     assert rep["candidates"] == 4 and rep["labelled_n"] == 1 and rep["fits_n"] == 2
     assert abs(rep["ratio_labelled"] - 0.4) < 1e-9 and abs(rep["ratio_fits"] - 0.2) < 1e-9
     assert abs(rep["expected"] - 0.4) < 1e-9 and rep["p_fits"] > 0.05   # 2 fits where 0.4 are expected: not rare
@@ -130,3 +134,42 @@ def test_the_fits_expected_past_a_rank_sum_the_tail_from_that_rank():
     rep = labelled_tail_report([row], {"a": {("S", "x"): 1.0}}, past=3)["c"]   # ranks 4, 5, 6 are past 3
     assert rep["expected"] == 0.5 and rep["fit"] == 1
     assert abs(rep["p_at_least"] - (1 - np.exp(-0.5))) < 1e-9
+
+
+def test_the_tail_report_counts_only_what_the_judge_read():
+    from benchmarks.judged_flow import tail_report
+
+    row = {"id": "a1", "catalog": "c", "mode": "need", "answerable": True, "tail_p": [0.1, 0.1],
+           "tail_fit": [False, False], "tail_ids": [["S", "a"], ["S", "b"]]}
+    rep = tail_report([row], {"a1": {("S", "a"): 0.9}})["c"]   # ("S", "b") was not read
+    assert rep["candidates"] == 1 and rep["judged_n"] == 1 and abs(rep["expected"] - 0.1) < 1e-9
+    assert abs(rep["loglik_judged"] - (np.log(0.1) - 0.1)) < 1e-9   # Poisson(1; 0.1)
+
+
+def test_the_tail_commands_from_the_command_line(tmp_path, capsys):
+    import json
+
+    from benchmarks import judged_flow as jf
+    from retrieval.pipeline.confidence import TailCalibration
+
+    row = {"id": "a1", "catalog": "c", "mode": "need", "answerable": True, "head_p": [0.5] * 10, "n_eligible": 30,
+           "tail_r": [0.1, 0.05], "tail_p": [0.2, 0.2], "tail_fit": [True, False], "tail_ids": [["S", "a"], ["S", "b"]],
+           "tail_labelled": [["S", "a"], ["S", "z"]], "tail_labelled_ranks": [11, 40]}
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"rows": [row]}))
+    items, answers = tmp_path / "items.jsonl", tmp_path / "j.jsonl"
+    items.write_text(json.dumps({"id": "a1", "catalog": "c", "query": "q", "candidates":
+                                 [{"server": "S", "tool": "a"}, {"server": "S", "tool": "b"}, {"server": "S", "tool": "z"}]}) + "\n")
+    answers.write_text(json.dumps({"id": "a1", "n": 3, "p": {"3": 0.8}}) + "\n")
+    TailCalibration(a=-20.0, b=0.0, c=0.0, d=0.0).save(tmp_path / "tail.json")
+    assert jf.main(["report-tail", "--flow", str(flow), "--items", str(items), "--judged", str(answers),
+                    "--tail", str(tmp_path / "tail.json"), "--out", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["report"]["c"]["expected"] < 1e-6   # re-read with the tail
+    (tmp_path / "bad.json").write_text("{}")
+    assert jf.main(["report-tail", "--flow", str(flow), "--items", str(items), "--judged", str(answers),
+                    "--tail", str(tmp_path / "bad.json"), "--out", str(tmp_path / "t.json")]) == 2
+    assert "malformed tail calibration" in capsys.readouterr().err
+    assert jf.main(["report-labelled-tail", "--flow", str(flow), "--items", str(items), "--judged", str(answers),
+                    "--out", str(tmp_path / "l.json")]) == 0
+    rep = json.loads((tmp_path / "l.json").read_text())["report"]["c"]
+    assert rep["labelled"] == 1 and rep["fit"] == 1 and abs(rep["expected"] - 0.0) < 1e-9   # rank 40: past 20

@@ -15,7 +15,9 @@
 # SCORE_TOP (default 10); CAL_QUESTIONS (default 400); CAL_FEATURES / CAL_FEATURES_NOEX (defaults: 0.10.0's);
 # FLOW_N (default 100) / REPORT_N (default 150): answerable requests per catalog kind; BASELINE: a folder
 # with an earlier release's combiner*.json and config.json (default: none, the tail-less policy);
-# LOGS (default runs/refit-logs); MEASURE=0 stops after the zones (step 3 left to the caller).
+# LOGS (default runs/refit-logs); MEASURE=0 stops after the zones (step 3 left to the caller);
+# TAIL_JUDGE: a folder with a blind judge's items.jsonl and judged_*.jsonl for the fit rows' ranks 11-20
+# (benchmarks/judged_flow.py mine-tail): the tail's level from the judge (0.14.0 on; without it the labels').
 set -euo pipefail
 out=$1
 export HF_HUB_OFFLINE=1
@@ -29,6 +31,16 @@ ex_features="${CAL_FEATURES:-logit,logit_gap,log_fused_rank,log_bm25_rank,log_de
 noex_features="${CAL_FEATURES_NOEX:-logit,logit_gap,log_fused_rank,dense_score,fused_rel,named_other,mentions_server}"
 retrieval_features=log_fused_rank,log_bm25_rank,log_dense_rank,dense_score,dense_gap,bm25_rel,bm25_over_5th,fused_rel,named_other,mentions_server
 results="$root/benchmarks/results"
+tail_judge=()
+if [ -n "${TAIL_JUDGE:-}" ]; then   # checked before the long steps, not after them
+  shopt -s nullglob
+  judged=("$TAIL_JUDGE"/judged_*.jsonl)
+  shopt -u nullglob
+  if [ ! -f "$TAIL_JUDGE/items.jsonl" ] || [ ${#judged[@]} -eq 0 ]; then
+    echo "error: TAIL_JUDGE=$TAIL_JUDGE needs items.jsonl and judged_*.jsonl" >&2; exit 2
+  fi
+  tail_judge=(--judged-items "$TAIL_JUDGE/items.jsonl" --judged "${judged[@]}")
+fi
 logs="${LOGS:-$root/runs/refit-logs}"
 mkdir -p "$logs"
 lanes() {   # run the given commands side by side; fail if any fails (its log named)
@@ -57,10 +69,9 @@ for kind in ex noex; do
 done
 python "$root/benchmarks/agent_flow.py" --set fit --n "${FLOW_N:-100}" --always-second --model "$out" \
     --out "$results/agent_flow_fit.json" > "$logs/agent_flow_fit.log" 2>&1
-# the tail's level from a blind judge of the fit rows' ranks 11-20 (0.14.0 on; judged_flow.py mine-tail, judges):
-# TAIL_ITEMS=items.jsonl TAIL_JUDGED="judged_*.jsonl"; without them the labels' level (0.13.0's)
-python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibration.json" \
-    ${TAIL_ITEMS:+--judged-items "$TAIL_ITEMS" --judged $TAIL_JUDGED}
+# the tail's level from a blind judge of the fit rows' ranks 11-20 (TAIL_JUDGE; candidates it did not read
+# are not counted, so rows that moved since need their new ranks 11-20 judged)
+python -m training.tail "$results/agent_flow_fit.json" --out "$out/tail_calibration.json" ${tail_judge[@]+"${tail_judge[@]}"}
 python -m training.thresholds --flow "$results/agent_flow_fit.json" --json "$results/zones_fit.json"
 # read against a blind judge (benchmarks/judged_flow.py mine on the fit rows, judges, then
 # --judged-items ITEMS --judged J*.jsonl): 0.13.0 printed 0.80 and kept 0.83 (docs/results.md, "Release 0.13.0")

@@ -80,72 +80,156 @@ def fit_tail(rows: list[dict], source: str = ""):
 
 def judged_candidates(rows: list[dict], judged: dict, mode: str = "need") -> tuple[np.ndarray, np.ndarray]:
     """The judged tail candidates (``tail_ids``, ranks 11-20, those the judge read) of the answerable rows of
-    ``mode``: their :func:`tail_matrix` features and whether the judge accepted them."""
+    ``mode`` with tail evidence: their :func:`tail_matrix` features and whether the judge accepted them."""
     from retrieval.evaluation.judged import FITS
 
     xs, ys = [], []
     for r in rows:
-        if not r.get("answerable") or r.get("mode") != mode or r["id"] not in judged or not r.get("tail_ids"):
+        if not r.get("answerable") or r.get("mode") != mode or r["id"] not in judged or not r.get("tail_ids") \
+                or "tail_r" not in r:
             continue
         x, _ = tail_matrix([r])
         seen = judged[r["id"]]   # only the candidates the judge read (rows re-run since may differ)
         read = [i for i, t in enumerate(r["tail_ids"]) if tuple(t) in seen]
         xs.append(x[read])
         ys.append(np.array([seen[tuple(r["tail_ids"][i])] >= FITS for i in read], dtype=float))
-    if not xs:
+    if not xs or not sum(len(y) for y in ys):
         raise ValueError("no judged tail candidates: the items must be mined from these rows (judged_flow mine-tail)")
     return np.concatenate(xs), np.concatenate(ys)
 
 
+def _weights(tail) -> np.ndarray:
+    return np.array([tail.b, tail.c, tail.d, tail.e])
+
+
 def level_to_judged(tail, x: np.ndarray, y: np.ndarray, source: str = ""):
     """``tail`` with its intercept moved so that the expected number of fits among the judged candidates ``x``
-    equals the number the judge accepted (``y``); at least half a fit, so a judge that accepted none does not
-    send the probability to zero."""
+    equals the number the judge accepted (``y``), kept between half a fit and all but half a candidate (a judge
+    that accepted none, or all, does not send the probability to 0 or 1).
+
+    Raises:
+        ValueError: fewer than two judged candidates.
+    """
     from dataclasses import replace
 
     from scipy.optimize import brentq
 
-    z = tail.a + x @ np.array([tail.b, tail.c, tail.d, tail.e])
-    target = max(float(y.sum()), 0.5)
-    shift = brentq(lambda d: float(np.sum(1 / (1 + np.exp(-(z + d))))) - target, -30.0, 30.0)
+    if len(y) < 2:
+        raise ValueError(f"{len(y)} judged candidate(s): too few to set the tail's level")
+    z = tail.a + x @ _weights(tail)
+    target = min(max(float(y.sum()), 0.5), len(y) - 0.5)
+
+    def gap(d: float) -> float:
+        return float(np.sum(1 / (1 + np.exp(-(z + d))))) - target
+
+    lo, hi = -30.0, 30.0
+    while gap(lo) > 0:   # widen until the root is inside (the sum runs from 0 to len(y))
+        lo *= 2
+    while gap(hi) < 0:
+        hi *= 2
+    shift = brentq(gap, lo, hi)
     return replace(tail, a=tail.a + shift, fitted_on=f"{tail.fitted_on}; level moved by {shift:+.3f} so that "
                    f"{len(y)} judged candidates ({source}) expect the {int(y.sum())} fits the judge accepted")
+
+
+def rank_only(rows: list[dict], source: str = ""):
+    """The tail from the rank alone (the labels' slope), for comparison with :func:`fit_tail`'s shape."""
+    from sklearn.linear_model import LogisticRegression
+
+    from retrieval.pipeline.confidence import TailCalibration
+
+    x, y = tail_matrix(rows)
+    m = LogisticRegression(C=1.0, max_iter=1000).fit(x[:, 1:2], y)
+    return TailCalibration(float(m.intercept_[0]), 0.0, float(m.coef_[0][0]), 0.0, fitted_on=f"{source}: rank only")
+
+
+VARIANTS = ("labels", "labels+judged level", "rank+judged level")
+
+
+def leave_one_kind_out(rows: list[dict], judged: dict) -> dict[str, dict[str, dict[str, float]]]:
+    """Per variant, per fit kind left out: the fits its tail expects among that kind's judged candidates, the
+    number accepted and the Poisson log-likelihood of that count (fitted on the other kinds; ``total`` sums them)."""
+    from scipy.stats import poisson
+
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for variant in VARIANTS:
+        per: dict[str, dict[str, float]] = {}
+        for kind in sorted({r["catalog"] for r in rows}):
+            train = [r for r in rows if r["catalog"] != kind]
+            try:
+                xt, yt = judged_candidates([r for r in rows if r["catalog"] == kind], judged)
+            except ValueError:   # nothing judged in this kind
+                continue
+            tail = rank_only(train) if variant.startswith("rank") else fit_tail(train)[0]
+            if "judged" in variant:
+                tail = level_to_judged(tail, *judged_candidates(train, judged))
+            expected = float(np.sum(1 / (1 + np.exp(-(tail.a + xt @ _weights(tail))))))
+            per[kind] = {"expected": expected, "judged": int(yt.sum()),
+                         "loglik": float(poisson.logpmf(int(yt.sum()), max(expected, 1e-12)))}
+        per["total"] = {"loglik": float(sum(c["loglik"] for c in per.values()))}
+        out[variant] = per
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("rows", type=Path, help="agent-flow JSON of the fit set")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, help="where to write the tail calibration (required unless --loko)")
     p.add_argument("--judged-items", type=Path, help="judge items of the rows' tails (judged_flow.py mine-tail)")
     p.add_argument("--judged", type=Path, nargs="*", help="the judges' answers to them")
+    p.add_argument("--loko", action="store_true",
+                   help="compare the labels' tail, its judged level and the rank alone with a judged level, each "
+                        "fit kind left out (needs the judge); writes nothing unless --out")
     a = p.parse_args(argv)
     if bool(a.judged_items) != bool(a.judged):
         print("error: --judged-items and --judged go together", file=sys.stderr)
         return 2
-    data = json.loads(a.rows.read_text())
+    if a.loko and not a.judged_items:
+        print("error: --loko reads the judge: give --judged-items and --judged", file=sys.stderr)
+        return 2
+    if not a.out and not a.loko:
+        print("error: give --out (or --loko to compare only)", file=sys.stderr)
+        return 2
+    try:
+        data = json.loads(a.rows.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: {a.rows}: {exc}", file=sys.stderr)
+        return 2
     if data.get("set") != "fit":
         print(f"error: {a.rows} is the {data.get('set')!r} set; fit on the 'fit' set only", file=sys.stderr)
         return 2
-    try:
-        tail, x, y = fit_tail(data["rows"], a.rows.name)
-    except ValueError as exc:
-        print(f"error: {a.rows}: {exc}", file=sys.stderr)
-        return 2
-    pred = tail.a + x @ np.array([tail.b, tail.c, tail.d, tail.e])
-    p_hat = 1 / (1 + np.exp(-pred))
-    print(f"fitted on the labels: predicted {p_hat.mean():.5f} vs labelled {y.mean():.5f} per candidate")
+    judged = None
     if a.judged_items:
         from retrieval.evaluation.judged import read_judged
 
         try:
-            xj, yj = judged_candidates(data["rows"], read_judged(a.judged_items, a.judged))
-        except (OSError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            judged = read_judged(a.judged_items, a.judged)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"error: the judge's files: {exc}", file=sys.stderr)
             return 2
-        before = float(np.mean(1 / (1 + np.exp(-(tail.a + xj @ np.array([tail.b, tail.c, tail.d, tail.e]))))))
-        tail = level_to_judged(tail, xj, yj, a.judged_items.parent.name)
-        after = float(np.mean(1 / (1 + np.exp(-(tail.a + xj @ np.array([tail.b, tail.c, tail.d, tail.e]))))))
-        print(f"judged candidates: {len(yj)}, {int(yj.sum())} fit; predicted {before:.5f} -> {after:.5f} per candidate")
+    try:
+        if a.loko:
+            table = leave_one_kind_out(data["rows"], judged)
+            kinds = [k for k in next(iter(table.values())) if k != "total"]
+            print("each fit kind left out: fits expected among its judged candidates (judged) -> Poisson log-likelihood\n")
+            print("| variant | " + " | ".join(kinds) + " | total |\n|---|" + "---|" * (len(kinds) + 1))
+            for variant, per in table.items():
+                print(f"| {variant} | " + " | ".join(f"{per[k]['expected']:.2f} ({per[k]['judged']}) {per[k]['loglik']:.2f}"
+                                                   for k in kinds) + f" | {per['total']['loglik']:.2f} |")
+            if not a.out:
+                return 0
+        tail, x, y = fit_tail(data["rows"], a.rows.name)
+        print(f"fitted on the labels: predicted {np.mean(1 / (1 + np.exp(-(tail.a + x @ _weights(tail))))):.5f} "
+              f"vs labelled {y.mean():.5f} per candidate")
+        if judged is not None:
+            xj, yj = judged_candidates(data["rows"], judged)
+            before = float(np.mean(1 / (1 + np.exp(-(tail.a + xj @ _weights(tail))))))
+            tail = level_to_judged(tail, xj, yj, a.judged_items.parent.name)
+            after = float(np.mean(1 / (1 + np.exp(-(tail.a + xj @ _weights(tail))))))
+            print(f"judged candidates: {len(yj)}, {int(yj.sum())} fit; predicted {before:.5f} -> {after:.5f} per candidate")
+    except ValueError as exc:
+        print(f"error: {a.rows}: {exc}", file=sys.stderr)
+        return 2
     print(tail)
     tail.save(a.out)
     return 0

@@ -144,8 +144,10 @@ async def test_the_gateway_remembers_a_bounded_number_of_first_answers(monkeypat
         storms = "warn me about storms near Lyon"
         assert (await gw.find(storms, "list weather alerts for a region")).decision == "search_again"
         assert (await gw.find(storms, "get storm warnings", attempt=2)).decision == "choose"   # remembered
-        respaced = await gw.find("  Warn me about STORMS\tnear Lyon ", "get storm warnings", attempt=2)
-        assert respaced.decision == "choose"                      # case and spacing make no other request
+        respaced = await gw.find("  warn me about storms\tnear  Lyon ", "get storm warnings", attempt=2)
+        assert respaced.decision == "choose"                      # spacing makes no other request
+        recased = await gw.find("Warn me about storms near LYON", "get storm warnings", attempt=2)
+        assert recased.decision == "no_fit"                      # case may: nothing kept
         other = await gw.find("warn me about storms near Paris", "get storm warnings", attempt=2)
         assert other.decision == "no_fit"                        # another request: nothing of Lyon's kept
         await gw.find("book me a table for two tonight", "reserve a restaurant table")            # pushes it out

@@ -134,6 +134,23 @@ def test_tail_candidates_keep_their_own_probability_but_never_rank_past_a_scored
     assert np.allclose(low.probabilities("weather forecast", None, hits, 2)[2:], 1 / (1 + np.exp(12.0)))
 
 
+def test_a_flow_row_names_the_labelled_tools_past_the_head(tmp_path):
+    """``tail_labelled`` and their ranks: what a judge reads past the judged ranks (judged_flow --labelled-past)."""
+    from retrieval.evaluation.agent_flow import Case, run_case
+
+    (tmp_path / "combiner-noex.json").write_text(json.dumps(LOGIT.to_dict()))
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder(), with_examples=False)
+    pipe = Pipeline(index, FakeScorer({"get_forecast": 0.6}, default=0.01, path=tmp_path), policy=Policy(score_top=2))
+    hits = index.retrieve("weather forecast", None, k=pipe.policy.candidates)
+    far = [h.tool_id for h in hits[2:]]
+    case = Case("c", "weather forecast", "tiny", targets=frozenset({hits[0].tool_id, *far[:2]}), need="get a forecast")
+    row = run_case(pipe, case, "request_only")
+    assert row["tail_labelled"] == [[t.server, t.tool] for t in far[:2]]   # the head's labelled tool is not there
+    ranks = [next(i + 1 for i, h in enumerate(hits) if h.tool_id == t) for t in far[:2]]
+    assert row["tail_labelled_ranks"] == ranks and min(ranks) > 2
+    assert sum(row["tail_fit"]) == 2                                      # the same tools the tail counts
+
+
 def test_best_first_puts_the_read_candidates_and_the_named_ones_first():
     from retrieval.pipeline.decision import best_first
 

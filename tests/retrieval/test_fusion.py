@@ -121,6 +121,8 @@ def test_an_index_saved_before_the_day_one_weights_takes_them_on_load():
     assert FusionConfig.from_manifest(old, "0.12.0rc1", bare, True).day_one_weights
     assert FusionConfig.from_manifest(old, "0.12.0.post1", bare, True) == FusionConfig(learned_lexical="both")
     assert FusionConfig.from_manifest(old, "0.9.10", bare, True).day_one_weights
+    assert FusionConfig.from_manifest(old, "0.12", bare, True) == FusionConfig(learned_lexical="both")   # = 0.12.0
+    assert FusionConfig.from_manifest(old, "0.12.0.dev3", bare, True).day_one_weights   # a pre-release: older
     called = []
     FusionConfig.from_manifest(old, "0.12.1", lambda: called.append(1) or bare, True)
     assert not called                                                   # the catalog read only when it matters

@@ -320,6 +320,28 @@ def test_shortcut_answers_are_not_recalibration_evidence(tmp_path):
     assert book.use_observations("t") == ([0.7, 0.4, 0.6], [1.0, 1.0, 0.0])
 
 
+def test_the_two_readers_of_feedback_count_per_request_and_per_call(tmp_path):
+    """The recalibration keeps one observation per search (its first successful call); the calibration page one
+    per tool called after it; failures and calls to tools not offered are not evidence, the latter counted."""
+    from serve.usage import UsageBook
+
+    book = UsageBook(tmp_path / "u")
+    usage = book.tenant("t")
+    offered = [["A", "a", 0.8], ["B", "b", 0.3]]
+    for server, tool in (("A", "a"), ("B", "b")):   # one search, two tools called after it
+        usage.record({"request_id": "r1", "outcome": "success", "offered": True, "server": server, "tool": tool,
+                      "offered_probabilities": offered, "offered_raw_best": 0.8})
+    usage.record({"request_id": "r2", "outcome": "error", "offered": True, "server": "A", "tool": "a",
+                  "offered_probabilities": offered, "offered_raw_best": 0.8})
+    usage.record({"request_id": "r3", "outcome": "success", "offered": False, "server": "C", "tool": "c",
+                  "offered_probabilities": offered, "offered_raw_best": 0.8})
+    assert book.use_observations("t") == ([0.8], [1.0])
+    page = book.use_calibration("t")
+    assert page["searches_with_feedback"] == 2 and page["observations"] == 4   # two calls x two offered tools
+    assert page["calls_to_tools_not_offered"] == 1
+    assert book.use_observations("nobody") == ([], []) and book.use_calibration("nobody")["observations"] == 0
+
+
 def test_the_recalibration_state_reuses_the_fit_until_the_feedback_changes(tmp_path, monkeypatch):
     """``/v1/metrics/use`` reads the same cached fit the searches use: the log is read and fitted again only
     when the tenant's feedback files changed, and the evidence count follows the new events."""

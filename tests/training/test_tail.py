@@ -60,3 +60,32 @@ def test_the_cli_levels_the_label_fit_with_the_judge(tmp_path, capsys):
     assert "600 judged candidates" in judged.fitted_on
     assert tl.main([str(flow), "--out", str(tmp_path / "x.json"), "--judged-items", str(items)]) == 2
     assert "go together" in capsys.readouterr().err
+
+
+def test_a_judge_that_accepted_every_candidate_still_sets_a_level():
+    x = np.column_stack([np.zeros(4), np.log([11, 12, 13, 14]), np.zeros(4), np.zeros(4)])
+    tail = TailCalibration(a=-8.0, b=0.0, c=-1.0, d=0.0)
+    moved = tl.level_to_judged(tail, x, np.ones(4))
+    p = 1 / (1 + np.exp(-(moved.a + x @ np.array([moved.b, moved.c, moved.d, moved.e]))))
+    assert abs(p.sum() - 3.5) < 1e-6                  # all but half a candidate: below 1, not a failed search
+    with pytest.raises(ValueError, match="too few"):
+        tl.level_to_judged(tail, x[:1], np.ones(1))
+
+
+def test_the_loko_comparison_and_its_errors(tmp_path, capsys):
+    rows = [dict(_row(i, fit_at=i % 2 if i % 3 == 0 else None), catalog="ab"[i % 2]) for i in range(80)]
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"set": "fit", "rows": rows}))
+    items, answers = tmp_path / "items.jsonl", tmp_path / "judged_01.jsonl"
+    items.write_text("".join(json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "q", "candidates":
+                                         [{"server": s, "tool": t} for s, t in r["tail_ids"]]}) + "\n" for r in rows))
+    answers.write_text("".join(json.dumps({"id": r["id"], "n": 10, "p": {"1": 0.9} if i in (0, 1) else {}}) + "\n"
+                               for i, r in enumerate(rows)))
+    table = tl.leave_one_kind_out(rows, __import__("retrieval.evaluation.judged", fromlist=["x"]).read_judged(items, [answers]))
+    assert set(table) == set(tl.VARIANTS) and set(table["labels"]) == {"a", "b", "total"}
+    assert table["labels+judged level"]["a"]["judged"] == 1 and table["labels"]["total"]["loglik"] < 0
+    assert tl.main([str(flow), "--loko", "--judged-items", str(items), "--judged", str(answers)]) == 0
+    assert "| labels+judged level |" in capsys.readouterr().out
+    assert tl.main([str(flow), "--loko"]) == 2 and "reads the judge" in capsys.readouterr().err
+    assert tl.main([str(flow)]) == 2 and "give --out" in capsys.readouterr().err
+    assert tl.main([str(tmp_path / "missing.json"), "--out", str(tmp_path / "t.json")]) == 2
