@@ -96,3 +96,12 @@ def test_twin_separation_reads_each_signal_per_kind():
     table = separation(pts)
     assert set(table) == {"k"}                                 # a kind without twins has nothing to separate
     assert table["k"] == {"answerable": 5, "twins": 5, "best_probability": 1.0, "logit": 0.5, "logit_gap": 0.0}
+
+
+def test_a_cut_whose_lower_level_would_proceed_too_is_no_cut():
+    pa = np.array([0.2, 0.4, 0.6, 0.8])
+    ya = np.ones(4)                                  # every first tool fits: any calibrated level reads 1.0
+    pt = np.array([0.3, 0.5])
+    # a cut at 0.8 leaves 0.2-0.6 at a calibrated 1.0 under it: they would proceed too, twins among them
+    assert cc._most_proceeding(pa, ya, pt, np.zeros(2), proceed=0.83, safe=0.0) == (0.0, None)
+    assert cc._most_proceeding(pa, ya, np.array([0.1]), np.zeros(1), proceed=0.83, safe=0.0) == (1.0, 0.2)
