@@ -156,8 +156,8 @@ def _most_proceeding(pa: np.ndarray, ya: np.ndarray, pt: np.ndarray, yt: np.ndar
     ``safe`` of the twins proceed with a tool the judge rejects: a two-level map (the answerable fit rate over a
     cut of the best probability, and under it) keeps the order, reads an ECE of 0 on the answerable requests,
     and proceeds over the cut if that rate reaches ``proceed`` and the rate under it does not (else everything
-    would); any finer calibrated map proceeds on no more.
-    Returns (share, cut) — (0.0, None) where no cut qualifies."""
+    would); any finer order-keeping calibrated map proceeds on no more. Of cuts with the same share, the
+    highest (the least permissive out of sample). Returns (share, cut) — (0.0, None) where no cut qualifies."""
     best: tuple[float, float | None] = (0.0, None)
     for cut in np.unique(np.r_[pa, pt]):
         over = pa >= cut
@@ -165,7 +165,7 @@ def _most_proceeding(pa: np.ndarray, ya: np.ndarray, pt: np.ndarray, yt: np.ndar
             continue
         if (~over).any() and ya[~over].mean() >= proceed:   # the lower level would proceed too: all would
             continue
-        if np.mean((pt >= cut) & (yt == 0)) <= safe and over.mean() > best[0]:
+        if np.mean((pt >= cut) & (yt == 0)) <= safe and over.mean() >= best[0]:   # ascending cuts: ties go up
             best = (float(over.mean()), float(cut))
     return best
 
@@ -185,8 +185,10 @@ def cross_fitted(ids_a: list[str], pa: np.ndarray, ya: np.ndarray, ids_t: list[s
                  proceed: float, safe: float) -> dict[str, float]:
     """:func:`_most_proceeding`'s map chosen on half of a kind's requests (a request and its twin stay together,
     split by a digest of the id) and read on the other half, both ways: what a tenant's own evidence of about
-    that size would give out of sample (a half with no safe cut keeps the shipped probabilities). Returns the
-    answerable ECE, the answerable share proceeding and the twins proceeding wrongly, pooled over the halves."""
+    that size would give out of sample (a half with no safe cut keeps the shipped probabilities). Each half is
+    read on its own (pooled, the two maps' opposite errors would cancel in the ECE): the answerable ECE, the
+    share proceeding and the share of twins proceeding wrongly, each the halves' mean weighted by their sizes,
+    with the halves' own figures beside them."""
     import hashlib
 
     from retrieval.evaluation.judged import base_id
@@ -196,14 +198,22 @@ def cross_fitted(ids_a: list[str], pa: np.ndarray, ya: np.ndarray, ids_t: list[s
         return hashlib.sha1(base_id(i).encode()).digest()[0] % 2
 
     ha, ht = np.array([half(i) for i in ids_a]), np.array([half(i) for i in ids_t])
-    qa, qt = np.zeros(len(pa)), np.zeros(len(pt))
+    eces, proceeds, wrongs, sizes, twin_sizes = [], [], [], [], []
     for h in (0, 1):
-        fa, ft = ha != h, ht != h   # fitted on the other half
+        fa, ft, ra, rt = ha != h, ht != h, ha == h, ht == h   # fitted on the other half, read on this one
+        if not ra.any():
+            continue
         _, cut = _most_proceeding(pa[fa], ya[fa], pt[ft], yt[ft], proceed, safe)
         m = _two_level(pa[fa], ya[fa], cut)
-        qa[ha == h], qt[ht == h] = m(pa[ha == h]), m(pt[ht == h])
-    return {"ece": float(ece(qa, ya)), "answerable_proceed": float(np.mean(qa >= proceed)),
-            "twins_wrong": float(np.mean((qt >= proceed) & (yt == 0)))}
+        qa, qt = m(pa[ra]), m(pt[rt])
+        eces.append(float(ece(qa, ya[ra])))
+        proceeds.append(float(np.mean(qa >= proceed)))
+        wrongs.append(float(np.mean((qt >= proceed) & (yt[rt] == 0))) if rt.any() else 0.0)
+        sizes.append(int(ra.sum()))
+        twin_sizes.append(max(int(rt.sum()), 1))
+    return {"ece": float(np.average(eces, weights=sizes)), "answerable_proceed": float(np.average(proceeds, weights=sizes)),
+            "twins_wrong": float(np.average(wrongs, weights=twin_sizes)), "ece_halves": eces,
+            "twins_wrong_halves": wrongs}
 
 
 def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83,
@@ -311,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         print("| catalog | mode | answerable vs twin AUROC | ECE now | finest map calibrated on its answerable: twins "
               "proceeding wrongly | a map fitted on answerable and twins: ECE on answerable | answerable proceeding now "
               f"(twins wrongly) | most proceeding, calibrated, twins wrongly <= {a.safe:.0%} | the same chosen on "
-              "half, read on the other: ECE / proceeding / twins wrongly |\n|---|---|---:|---:|---:|---:|---:|---:|---|")
+              "half, read on the other (both ways; means over the halves): ECE / proceeding / twins wrongly |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|---|")
         for kind, modes in oracle.items():
             for mode, c in modes.items():
                 print(f"| {kind} | {mode} | {c['auroc_answerable_vs_twin']:.3f} | {c['ece_before']:.3f} | "

@@ -2,6 +2,7 @@
 the identity, chosen by leaving one catalog kind out, checked against labels and against judged fits."""
 
 import numpy as np
+import pytest
 
 from benchmarks import catalog_calibration as cc
 
@@ -105,3 +106,21 @@ def test_a_cut_whose_lower_level_would_proceed_too_is_no_cut():
     # a cut at 0.8 leaves 0.2-0.6 at a calibrated 1.0 under it: they would proceed too, twins among them
     assert cc._most_proceeding(pa, ya, pt, np.zeros(2), proceed=0.83, safe=0.0) == (0.0, None)
     assert cc._most_proceeding(pa, ya, np.array([0.1]), np.zeros(1), proceed=0.83, safe=0.0) == (1.0, 0.2)
+
+
+def test_cross_fitting_reads_each_half_on_its_own():
+    rng = np.random.default_rng(3)
+    ids = [f"q{i}" for i in range(400)]
+    pa = rng.uniform(0.3, 0.95, 400)
+    ya = (rng.random(400) < pa).astype(float)        # calibrated already
+    pt = rng.uniform(0.0, 0.5, 400)                   # twins read low: a cut between them is safe
+    out = cc.cross_fitted(ids, pa, ya, [i + ":none" for i in ids], pt, np.zeros(400), proceed=0.83, safe=0.10)
+    assert len(out["ece_halves"]) == 2 and out["twins_wrong"] <= 0.10
+    assert out["ece"] == pytest.approx(np.average(out["ece_halves"], weights=[
+        sum(1 for i in ids if cc_half(i) == h) for h in (0, 1)]))
+
+
+def cc_half(i):
+    import hashlib
+
+    return hashlib.sha1(i.encode()).digest()[0] % 2
