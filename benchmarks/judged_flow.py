@@ -324,6 +324,31 @@ def report_tail(a: argparse.Namespace) -> int:
     return 0
 
 
+def agree(a: argparse.Namespace) -> int:
+    """Two sets of judges on the same items: yes/no agreement and Cohen's kappa overall and per catalog kind."""
+    from retrieval.jsonl import read_jsonl
+    from training.refresh_lists import agreement
+
+    kind = {str(r["id"]): r["catalog"] for _, r in read_jsonl(a.items)}
+    first, second = read_answers(a.first), read_answers(a.second)
+    table = {}
+    for name in ["all", *sorted({kind[i] for i in second if i in kind})]:
+        pick = (lambda i: True) if name == "all" else (lambda i, n=name: kind.get(i) == n)
+        try:
+            table[name] = agreement([r for i, r in first.items() if pick(i)], [r for i, r in second.items() if pick(i)])
+        except ValueError as exc:
+            print(f"error: {name}: {exc}", file=sys.stderr)
+            return 2
+    write_result(a.out, {"environment": environment_stamp(), "first": [str(x) for x in a.first],
+                         "second": [str(x) for x in a.second], "agreement": table}, indent=1)
+    print("| kind | requests | pairs | yes (first / second) | same yes/no | kappa | mean abs diff |\n|---|---:|---:|---|---:|---:|---:|")
+    for name, g in table.items():
+        print(f"| {name} | {g['requests']} | {g['pairs']} | {g['yes_first']:.1%} / {g['yes_second']:.1%} | "
+              f"{g['same_yes_no']:.1%} | {g['kappa']:.2f} | {g['mean_abs_diff']:.3f} |")
+    print(stamp_line(environment_stamp()))
+    return 0
+
+
 def shippable_items(items: list[dict]) -> list[dict]:
     """Items as the repository may hold them: a corpus without a licence keeps ids and candidate digests only
     (the digests the agent-flow rows hold, so the judge's answers still line up)."""
@@ -485,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--labelled-past", type=int, default=20)
     rl.add_argument("--mode", default="need")
     rl.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_labelled_tail.json")
+    ag = sub.add_parser("agree", help="two sets of judges on the same items: agreement and kappa per kind")
+    ag.add_argument("--items", type=Path, required=True)
+    ag.add_argument("--first", type=Path, nargs="+", required=True)
+    ag.add_argument("--second", type=Path, nargs="+", required=True)
+    ag.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judge_agreement.json")
     rt = sub.add_parser("report-tail", help="ranks 11-20 read against the judge's answers")
     rt.add_argument("--flow", type=Path, required=True)
     rt.add_argument("--items", type=Path, required=True)
@@ -494,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     rt.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "judged_tail.json")
     a = p.parse_args(argv)
     return {"mine": mine, "report": report, "mine-tail": mine_tail, "report-tail": report_tail,
-            "report-labelled-tail": report_labelled_tail}[a.cmd](a)
+            "report-labelled-tail": report_labelled_tail, "agree": agree}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -173,3 +173,21 @@ def test_the_tail_commands_from_the_command_line(tmp_path, capsys):
                     "--out", str(tmp_path / "l.json")]) == 0
     rep = json.loads((tmp_path / "l.json").read_text())["report"]["c"]
     assert rep["labelled"] == 1 and rep["fit"] == 1 and abs(rep["expected"] - 0.0) < 1e-9   # rank 40: past 20
+
+
+def test_two_sets_of_judges_agree_per_kind(tmp_path, capsys):
+    import json
+
+    from benchmarks import judged_flow as jf
+
+    items = tmp_path / "items.jsonl"
+    items.write_text("".join(json.dumps({"id": i, "catalog": c, "query": "q", "candidates": [
+        {"server": "S", "tool": "a"}, {"server": "S", "tool": "b"}]}) + "\n" for i, c in (("r1", "x"), ("r2", "y"))))
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one.write_text(json.dumps({"id": "r1", "n": 2, "p": {"1": 0.9}}) + "\n" + json.dumps({"id": "r2", "n": 2, "p": {}}) + "\n")
+    two.write_text(json.dumps({"id": "r1", "n": 2, "p": {"1": 0.8}}) + "\n" + json.dumps({"id": "r2", "n": 2, "p": {"2": 0.7}}) + "\n")
+    assert jf.main(["agree", "--items", str(items), "--first", str(one), "--second", str(two),
+                    "--out", str(tmp_path / "a.json")]) == 0
+    got = json.loads((tmp_path / "a.json").read_text())["agreement"]
+    assert got["x"]["same_yes_no"] == 1.0 and got["y"]["same_yes_no"] == 0.5 and got["all"]["pairs"] == 4
+    assert "| x | 1 | 2 |" in capsys.readouterr().out
