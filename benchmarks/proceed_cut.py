@@ -103,12 +103,10 @@ def simulate(data: dict, threshold: float, target: float, min_n: int, history: i
 
 
 def _fits(items: Path | None, judged: list[Path] | None):
-    if not items or not judged:
-        return None
-    from retrieval.evaluation.judged import fits, read_judged
+    """Whether a row's first tool is judged to fit (``catalog_calibration.load_fits``), or None without a judge."""
+    from benchmarks.catalog_calibration import load_fits
 
-    probs = read_judged(items, judged)
-    return lambda r: fits(probs, r["id"], (r.get("tools1") or [None])[0])
+    return load_fits(items, judged) if items and judged else None
 
 
 def main(argv: list[str] | None = None) -> int:
