@@ -56,9 +56,14 @@ def load_fits(items: Path, judged: list[Path]):
     return lambda r: fits(probs, r["id"], (r.get("tools1") or [None])[0])
 
 
+def first_fits(r: dict, fits=None) -> bool:
+    """Whether a row's first tool fits: labelled, or (``fits``, :func:`load_fits`) accepted by the judge."""
+    return bool(r.get("right1")) or (fits is not None and bool(fits(r)))
+
+
 def judged_target(rows: list[dict], fits) -> list[dict]:
     """The rows a judge read, each ``right1`` now "labelled or judged to fit" (what the probability claims)."""
-    return [dict(r, right1=bool(r["right1"]) or bool(fits(r))) for r in rows if fits(r) is not None]
+    return [dict(r, right1=first_fits(r, fits)) for r in rows if fits(r) is not None]
 
 
 def _x(rows: list[dict], variant: str) -> np.ndarray:
@@ -135,7 +140,7 @@ def check(rows: list[dict], variant: str, w: np.ndarray, fits=None,
                     "rank1": float(strict.mean()), "ece_before": float(ece(p, strict)), "ece_after": float(ece(q, strict)),
                     "calibrated_median": ece_floor(q)["median"]}
             if fits is not None:
-                judged = np.array([bool(r["right1"]) or bool(fits(r)) for r in rs], dtype=float)
+                judged = np.array([first_fits(r, fits) for r in rs], dtype=float)
                 cell.update({"fits": float(judged.mean()), "ece_fits_before": float(ece(p, judged)),
                              "ece_fits_after": float(ece(q, judged))})
             if twins:
@@ -231,9 +236,6 @@ def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83,
 
     from retrieval.evaluation.stats import ece
 
-    def y_of(r: dict) -> float:
-        return float(bool(r.get("right1")) or bool(fits(r) if fits is not None else False))
-
     out: dict[str, dict[str, dict[str, float]]] = {}
     for kind in sorted({r["catalog"] for r in rows}):
         for mode in MODES:
@@ -241,8 +243,8 @@ def oracle_bound(rows: list[dict], fits=None, proceed: float = 0.83,
             twins = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and not r.get("answerable")]
             if not ans or not twins:
                 continue
-            pa, ya = np.array([r["best1"] for r in ans]), np.array([y_of(r) for r in ans])
-            pt, yt = np.array([r["best1"] for r in twins]), np.array([y_of(r) for r in twins])
+            pa, ya = np.array([r["best1"] for r in ans]), np.array([first_fits(r, fits) for r in ans], dtype=float)
+            pt, yt = np.array([r["best1"] for r in twins]), np.array([first_fits(r, fits) for r in twins], dtype=float)
             on_ans = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(pa, ya)
             both = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(
                 np.concatenate([pa, pt]), np.concatenate([ya, yt]))

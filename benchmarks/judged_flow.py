@@ -42,6 +42,7 @@ from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result 
 
 from retrieval.evaluation.judged import (FITS, base_id as _base, fits as _fits,  # noqa: E402,F401
                                          judged_probabilities, proceeded_with, read_answers, read_judged)
+from retrieval.evaluation.stats import poisson_at_least, poisson_loglik, poisson_p  # noqa: E402
 
 
 def _labels() -> dict[str, list[tuple[str, str]]]:
@@ -188,16 +189,8 @@ def labelled_tail_report(rows: list[dict], judged: dict, past: int = 20, mode: s
                 cell["fit"] += int(p >= FITS)
     for cell in out.values():
         cell["fit_share"] = cell["fit"] / cell["read"] if cell["read"] else None
-        cell["p_at_least"] = _at_least(cell["fit"], cell["expected"])
+        cell["p_at_least"] = poisson_at_least(cell["fit"], cell["expected"])
     return dict(sorted(out.items()))
-
-
-def _at_least(observed: int, expected: float) -> float:
-    """P(at least ``observed`` fits) where the tail expects ``expected`` (Poisson): small when even the lower
-    bound on the fits is more than the tail predicts."""
-    from scipy.stats import poisson
-
-    return float(poisson.sf(observed - 1, expected)) if observed else 1.0
 
 
 def report_labelled_tail(a: argparse.Namespace) -> int:
@@ -233,24 +226,6 @@ def retail(rows: list[dict], tail) -> list[dict]:
     return out
 
 
-def poisson_p(observed: int, expected: float) -> float:
-    """Two-sided p-value of ``observed`` fits where a calibrated tail expects ``expected`` (Poisson): how
-    surprising the count is, since at a few fits in a thousand a ratio alone says little."""
-    from scipy.stats import poisson
-
-    if expected <= 0:
-        return 1.0 if observed == 0 else 0.0
-    return float(min(1.0, 2 * min(poisson.cdf(observed, expected), poisson.sf(observed - 1, expected))))
-
-
-def _loglik(observed: int, expected: float) -> float:
-    """Poisson log-likelihood of the judged count under the tail's expectation (summed over kinds: one number
-    that compares two tails on the same candidates)."""
-    from scipy.stats import poisson
-
-    return float(poisson.logpmf(observed, max(expected, 1e-12)))
-
-
 def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int = 10) -> dict[str, dict]:
     """Per catalog kind, ranks 11 to 10 + ``ranks`` of the answerable requests: the mean predicted probability,
     the share labelled, the share labelled or judged to fit, and predicted over each; the expected number of
@@ -282,7 +257,7 @@ def tail_report(rows: list[dict], judged: dict, mode: str = "need", ranks: int =
                      "ratio_judged": mp / mj if mj else None,   # None: nothing observed to divide by
                      "expected": expected, "p_labelled": poisson_p(int(sum(lab)), expected),
                      "p_judged": poisson_p(int(sum(judge)), expected), "p_fits": poisson_p(int(sum(fit)), expected),
-                     "loglik_judged": _loglik(int(sum(judge)), expected)}
+                     "loglik_judged": poisson_loglik(int(sum(judge)), expected)}
     return out
 
 

@@ -66,13 +66,13 @@ def learn_cut(p: np.ndarray, y: np.ndarray, threshold: float, target: float, min
 
 def tenant_rows(rows: list[dict], fits, mode: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per kind: the first searches' best probabilities, whether the first tool fits, whether answerable."""
+    from benchmarks.catalog_calibration import first_fits
+
     out: dict[str, list[tuple[float, float, bool]]] = {}
     for r in rows:
         if r.get("mode") != mode or not r.get("tools1"):
             continue
-        judged = fits(r) if fits is not None else None
-        y = bool(r.get("right1")) or bool(judged)
-        out.setdefault(r["catalog"], []).append((float(r["best1"]), float(y), bool(r["answerable"])))
+        out.setdefault(r["catalog"], []).append((float(r["best1"]), float(first_fits(r, fits)), bool(r["answerable"])))
     return {k: (np.array([a for a, _, _ in v]), np.array([b for _, b, _ in v]), np.array([c for _, _, c in v]))
             for k, v in sorted(out.items())}
 

@@ -102,6 +102,14 @@ def _weights(tail) -> np.ndarray:
     return np.array([tail.b, tail.c, tail.d, tail.e])
 
 
+def tail_p(tail, x: np.ndarray) -> np.ndarray:
+    """``tail``'s probability of each candidate of a :func:`tail_matrix` (what ``TailCalibration.probabilities``
+    computes from the same evidence)."""
+    from retrieval.evaluation.stats import sigmoid
+
+    return sigmoid(tail.a + x @ _weights(tail))
+
+
 def level_to_judged(tail, x: np.ndarray, y: np.ndarray, source: str = ""):
     """``tail`` with its intercept moved so that the expected number of fits among the judged candidates ``x``
     equals the number the judge accepted (``y``), kept between half a fit and all but half a candidate (a judge
@@ -116,11 +124,13 @@ def level_to_judged(tail, x: np.ndarray, y: np.ndarray, source: str = ""):
 
     if len(y) < 2:
         raise ValueError(f"{len(y)} judged candidate(s): too few to set the tail's level")
-    z = tail.a + x @ _weights(tail)
+    from retrieval.evaluation.stats import sigmoid
+
     target = min(max(float(y.sum()), 0.5), len(y) - 0.5)
+    z = tail.a + x @ _weights(tail)   # once; the search moves only the intercept
 
     def gap(d: float) -> float:
-        return float(np.sum(1 / (1 + np.exp(-(z + d))))) - target
+        return float(np.sum(sigmoid(z + d))) - target
 
     lo, hi = -30.0, 30.0
     while gap(lo) > 0:   # widen until the root is inside (the sum runs from 0 to len(y))
@@ -149,7 +159,7 @@ VARIANTS = ("labels", "labels+judged level", "rank+judged level")
 def leave_one_kind_out(rows: list[dict], judged: dict) -> dict[str, dict[str, dict[str, float]]]:
     """Per variant, per fit kind left out: the fits its tail expects among that kind's judged candidates, the
     number accepted and the Poisson log-likelihood of that count (fitted on the other kinds; ``total`` sums them)."""
-    from scipy.stats import poisson
+    from retrieval.evaluation.stats import poisson_loglik
 
     out: dict[str, dict[str, dict[str, float]]] = {}
     for variant in VARIANTS:
@@ -163,9 +173,8 @@ def leave_one_kind_out(rows: list[dict], judged: dict) -> dict[str, dict[str, di
             tail = rank_only(train) if variant.startswith("rank") else fit_tail(train)[0]
             if "judged" in variant:
                 tail = level_to_judged(tail, *judged_candidates(train, judged))
-            expected = float(np.sum(1 / (1 + np.exp(-(tail.a + xt @ _weights(tail))))))
-            per[kind] = {"expected": expected, "judged": int(yt.sum()),
-                         "loglik": float(poisson.logpmf(int(yt.sum()), max(expected, 1e-12)))}
+            expected = float(np.sum(tail_p(tail, xt)))
+            per[kind] = {"expected": expected, "judged": int(yt.sum()), "loglik": poisson_loglik(int(yt.sum()), expected)}
         per["total"] = {"loglik": float(sum(c["loglik"] for c in per.values()))}
         out[variant] = per
     return out
@@ -219,13 +228,13 @@ def main(argv: list[str] | None = None) -> int:
             if not a.out:
                 return 0
         tail, x, y = fit_tail(data["rows"], a.rows.name)
-        print(f"fitted on the labels: predicted {np.mean(1 / (1 + np.exp(-(tail.a + x @ _weights(tail))))):.5f} "
+        print(f"fitted on the labels: predicted {np.mean(tail_p(tail, x)):.5f} "
               f"vs labelled {y.mean():.5f} per candidate")
         if judged is not None:
             xj, yj = judged_candidates(data["rows"], judged)
-            before = float(np.mean(1 / (1 + np.exp(-(tail.a + xj @ _weights(tail))))))
+            before = float(np.mean(tail_p(tail, xj)))
             tail = level_to_judged(tail, xj, yj, a.judged_items.parent.name)
-            after = float(np.mean(1 / (1 + np.exp(-(tail.a + xj @ _weights(tail))))))
+            after = float(np.mean(tail_p(tail, xj)))
             print(f"judged candidates: {len(yj)}, {int(yj.sum())} fit; predicted {before:.5f} -> {after:.5f} per candidate")
     except ValueError as exc:
         print(f"error: {a.rows}: {exc}", file=sys.stderr)

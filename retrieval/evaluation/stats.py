@@ -1,4 +1,5 @@
-"""The statistics of evaluation, one of each: AUROC, the exact McNemar test, ECE, the sigmoid.
+"""The statistics of evaluation, one of each: AUROC, the exact McNemar test, ECE, the sigmoid, a count
+against a Poisson expectation.
 
 AUROC is :func:`sklearn.metrics.roc_auc_score` and the exact McNemar p-value is
 :func:`scipy.stats.binomtest`; both libraries are imported on first use, so the query path
@@ -15,7 +16,8 @@ from numpy.typing import ArrayLike
 
 from scorer.calibration import expected_calibration_error, sigmoid
 
-__all__ = ["auroc", "ece", "ece_floor", "mcnemar_exact", "sigmoid"]
+__all__ = ["auroc", "ece", "ece_floor", "mcnemar_exact", "poisson_at_least", "poisson_loglik", "poisson_p",
+           "sigmoid"]
 
 
 def _missing(package: str) -> ImportError:
@@ -81,3 +83,30 @@ def ece_floor(probs: ArrayLike, observed: float | None = None, n_bins: int = 10,
         out["p_value"] = float((1 + np.sum(sims >= observed)) / (1 + draws))
     return out
 
+
+def _poisson():
+    try:
+        from scipy.stats import poisson
+    except ImportError as exc:
+        raise _missing("scipy") from exc
+    return poisson
+
+
+def poisson_p(observed: int, expected: float) -> float:
+    """Two-sided p-value of ``observed`` events where calibrated probabilities expect ``expected`` (Poisson):
+    how surprising the count is, since at a few events in a thousand a ratio alone says little."""
+    if expected <= 0:
+        return 1.0 if observed == 0 else 0.0
+    poisson = _poisson()
+    return float(min(1.0, 2 * min(poisson.cdf(observed, expected), poisson.sf(observed - 1, expected))))
+
+
+def poisson_at_least(observed: int, expected: float) -> float:
+    """P(at least ``observed`` events) where ``expected`` are expected (Poisson, one-sided)."""
+    return float(_poisson().sf(observed - 1, expected)) if observed else 1.0
+
+
+def poisson_loglik(observed: int, expected: float) -> float:
+    """Poisson log-likelihood of a count under an expectation (summed over groups: one number that compares
+    two models on the same candidates)."""
+    return float(_poisson().logpmf(observed, max(expected, 1e-12)))

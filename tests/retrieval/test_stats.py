@@ -91,3 +91,14 @@ def test_ece_floor_is_what_a_calibrated_model_reads_at_that_count():
     assert stats.ece_floor(p, observed=0.4, draws=300)["p_value"] < 0.01
     assert stats.ece_floor(p, observed=small["median"], draws=300)["p_value"] > 0.3
     assert stats.ece_floor([], draws=10)["n"] == 0
+
+
+def test_a_count_against_a_poisson_expectation():
+    import numpy as np
+
+    from retrieval.evaluation.stats import poisson_at_least, poisson_loglik, poisson_p
+
+    assert poisson_p(5, 5.0) > 0.9 and poisson_p(0, 10.0) < 0.001 and poisson_p(1, 0.0) == 0.0
+    assert poisson_at_least(0, 3.0) == 1.0 and abs(poisson_at_least(1, 0.5) - (1 - np.exp(-0.5))) < 1e-12
+    assert abs(poisson_loglik(1, 0.1) - (np.log(0.1) - 0.1)) < 1e-12
+    assert abs(poisson_loglik(0, 0.0)) < 1e-9 and poisson_loglik(2, 0.0) < -40   # nothing expected: a count is near impossible
