@@ -23,7 +23,10 @@ report kind's *own* rows could do (in-sample, so an optimistic reading): the fin
 answerable requests (isotonic) read on its twins, one fitted on both read on its answerable requests, and
 the map that proceeds most while calibrated on the answerable requests and letting at most ``--safe`` of the
 twins proceed wrongly (two levels: the answerable rate above a cut and below it), beside today's proceeds.
-Prints the tables; writes JSON.
+``--crowd`` (0.14.1) adds a variant with the first tool's crowd (its dense cosine to the nearest of the
+answer's next four tools, ``twin_separation.crowd``: a feature of the list, computed from eligible tools
+only) and, per report kind, the error of the best probability in the half of the answerable first searches
+with the least crowded first tools and in the most crowded half. Prints the tables; writes JSON.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ if __package__ in (None, ""):   # run as a file: the repository root importable
 from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 VARIANTS = ("identity", "platt", "size")
+CROWD_VARIANTS = ("crowd",)   # with --crowd
 MODES = ("need", "request_only")   # late_need's first search is request_only's
 
 
@@ -69,6 +73,8 @@ def judged_target(rows: list[dict], fits) -> list[dict]:
 def _x(rows: list[dict], variant: str) -> np.ndarray:
     p = np.clip(np.array([r["best1"] for r in rows], dtype=np.float64), 1e-6, 1 - 1e-6)
     cols = [np.log(p / (1 - p))]
+    if variant == "crowd":
+        cols.append(np.array([r["crowd"] for r in rows], dtype=np.float64))
     if variant == "size":
         cols.append(np.log(np.maximum([int(r.get("n_eligible", 1)) for r in rows], 1).astype(np.float64)))
     return np.stack([*cols, np.ones(len(rows))], axis=1)
@@ -98,13 +104,52 @@ def apply(rows: list[dict], variant: str, w: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-(_x(rows, variant) @ w)))
 
 
-def leave_one_kind_out(rows: list[dict]) -> dict[str, dict[str, float]]:
+def add_crowd(rows: list[dict]) -> list[dict]:
+    """The rows whose first answer has at least two tools, each with ``crowd`` (``twin_separation.crowd`` of
+    its first five tools; a tool no longer in its catalog is skipped)."""
+    from benchmarks.judged_flow import _Catalogs
+    from benchmarks.twin_separation import ToolVectors, crowd
+    from retrieval.catalog.model import ToolId
+
+    catalogs, vectors, out = _Catalogs(), ToolVectors(), []
+    for r in rows:
+        names = [n for n in (catalogs.real(r["catalog"], t) for t in (r.get("tools1") or [])[:5]) if n is not None]
+        if len(names) >= 2:
+            cat = catalogs.catalog(r["catalog"])
+            out.append(dict(r, crowd=crowd([vectors(r["catalog"], cat.get(ToolId(*n))) for n in names])))
+    return out
+
+
+def crowd_halves(rows: list[dict], fits=None) -> dict[str, dict[str, dict[str, float]]]:
+    """Per kind and mode, over the answerable first searches: the mean error (fits minus best probability) in
+    the half with the least crowded first tools and in the most crowded half (split at the median crowd),
+    against the labels and, with ``fits``, against labelled-or-judged fits."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for kind in sorted({r["catalog"] for r in rows}):
+        for mode in MODES:
+            rs = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and r.get("answerable")]
+            if fits is not None:
+                rs = [r for r in rs if fits(r) is not None]
+            if len(rs) < 4:
+                continue
+            c, p = np.array([r["crowd"] for r in rs]), np.array([r["best1"] for r in rs])
+            hi = c >= np.median(c)
+            cell = {"n": len(rs), "crowd_median": float(np.median(c))}
+            for name, y in [("labels", np.array([r["right1"] for r in rs], dtype=float))] + (
+                    [("fits", np.array([first_fits(r, fits) for r in rs], dtype=float))] if fits is not None else []):
+                cell[f"{name}_error_low"] = float(np.mean(y[~hi] - p[~hi]))
+                cell[f"{name}_error_high"] = float(np.mean(y[hi] - p[hi]))
+            out.setdefault(kind, {})[mode] = cell
+    return out
+
+
+def leave_one_kind_out(rows: list[dict], variants: tuple[str, ...] = VARIANTS) -> dict[str, dict[str, float]]:
     """Per variant, per fit kind left out: the ECE of the best probability fitted on the other kinds."""
     from retrieval.evaluation.stats import ece
 
     kinds = sorted({r["catalog"] for r in rows})
     out: dict[str, dict[str, float]] = {}
-    for variant in VARIANTS:
+    for variant in variants:
         per = {}
         for kind in kinds:
             test = [r for r in rows if r["catalog"] == kind and r.get("answerable", True)]   # the target: answerable
@@ -280,28 +325,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--proceed", type=float, default=0.83, help="the proceed threshold the twins are read at")
     p.add_argument("--oracle", action="store_true", help="also what maps fitted in-sample on each report kind could do")
     p.add_argument("--safe", type=float, default=0.10, help="the wrong twin proceeds --oracle allows (default 0.10)")
+    p.add_argument("--crowd", action="store_true", help="also the crowd variant and the error by the first tool's crowd")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_calibration.json")
     a = p.parse_args(argv)
-    fit_data, report_data = json.loads(a.fit.read_text()), json.loads(a.report.read_text())
+    missing = [f for f in [a.fit, a.report, a.fit_judged_items, a.judged_items, *(a.fit_judged or []), *(a.judged or [])]
+               if f is not None and not f.is_file()]
+    if missing:
+        print(f"error: no such file: {', '.join(map(str, missing))}", file=sys.stderr)
+        return 2
+    try:
+        fit_data, report_data = json.loads(a.fit.read_text()), json.loads(a.report.read_text())
+    except ValueError as exc:
+        print(f"error: not an agent-flow result file ({exc})", file=sys.stderr)
+        return 2
     if fit_data.get("set") != "fit" or report_data.get("set") != "report":
         print("error: --fit takes the fit set's rows and --report the report set's", file=sys.stderr)
         return 2
     rows = first_searches(fit_data["rows"], twins=a.mixture)
+    report_rows = first_searches(report_data["rows"], twins=True)
+    variants = VARIANTS + (CROWD_VARIANTS if a.crowd else ())
+    if a.crowd:
+        rows, report_rows = add_crowd(rows), add_crowd(report_rows)
     if a.fit_judged_items and a.fit_judged:   # fitted to what fits (labelled or judged), not to the labels alone
         rows = judged_target(rows, load_fits(a.fit_judged_items, a.fit_judged))
         print("(the fit reads the fit catalogs' judge: a first tool fits when labelled or judged to fit)")
     if a.mixture:
         print("(fitted on the answerable requests and their no-fit twins; the ECE below is the answerable ones')")
-    table = leave_one_kind_out(rows)
+    table = leave_one_kind_out(rows, variants)
     kinds = sorted({r["catalog"] for r in rows})
     print(f"fit catalogs, each kind left out of the fit ({len(rows)} first searches): ECE of the best probability\n")
     print("| variant | " + " | ".join(kinds) + " | mean | worst |\n|---|" + "---:|" * (len(kinds) + 2))
     for variant, per in table.items():
         print(f"| {variant} | " + " | ".join(f"{per[k]:.3f}" for k in kinds) + f" | {per['mean']:.3f} | {per['worst']:.3f} |")
-    chosen = min(VARIANTS, key=lambda v: table[v]["mean"])   # the identity too: no map unless one beats it
+    chosen = min(variants, key=lambda v: table[v]["mean"])   # the identity too: no map unless one beats it
     w = fit(rows, chosen)
     fits = load_fits(a.judged_items, a.judged) if a.judged_items and a.judged else None
-    result = check(first_searches(report_data["rows"], twins=True), chosen, w, fits, a.proceed)
+    result = check(report_rows, chosen, w, fits, a.proceed)
     print(f"\nchosen on the fit catalogs: {chosen} (weights {np.round(w, 3).tolist()}); checked once on the report "
           "catalogs (ECE before -> after; calibrated model's median at that count)\n")
     print("| catalog | mode | n | mean best before -> after | rank 1 | ECE vs labels | "
@@ -319,7 +378,19 @@ def main(argv: list[str] | None = None) -> int:
             if fits:
                 line += f"{c['twins_wrong_before']:.0%} -> {c['twins_wrong_after']:.0%} | " if "twins" in c else "- | "
             print(line)
-    oracle = oracle_bound(first_searches(report_data["rows"], twins=True), fits, a.proceed, a.safe) if a.oracle else None
+    halves = crowd_halves(report_rows, fits) if a.crowd else None
+    if halves:
+        print("\nthe best probability's error (fits minus probability) on the report kinds' answerable first searches, "
+              "least and most crowded halves of first tools\n")
+        print("| catalog | mode | n | median crowd | vs labels: least / most crowded | "
+              + ("vs labelled or judged fits: least / most crowded |" if fits else "") + "\n|---|---|---:|---:|---|"
+              + ("---|" if fits else ""))
+        for kind, modes in halves.items():
+            for mode, c in modes.items():
+                print(f"| {kind} | {mode} | {c['n']} | {c['crowd_median']:.2f} | {c['labels_error_low']:+.3f} / "
+                      f"{c['labels_error_high']:+.3f} | " + (f"{c['fits_error_low']:+.3f} / {c['fits_error_high']:+.3f} |"
+                                                             if fits else ""))
+    oracle = oracle_bound(report_rows, fits, a.proceed, a.safe) if a.oracle else None
     if oracle:
         print(f"\nmaps fitted in-sample on each report kind's own rows (an optimistic reading); twins read at {a.proceed}\n")
         print("| catalog | mode | answerable vs twin AUROC | ECE now | finest map calibrated on its answerable: twins "
@@ -338,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = environment_stamp()
     print(stamp_line(environment))
     write_result(a.out, {"environment": environment, "fit": a.fit.name, "report": a.report.name, "loko": table,
-                         "mixture": a.mixture, "proceed": a.proceed, "oracle": oracle,
+                         "mixture": a.mixture, "proceed": a.proceed, "oracle": oracle, "crowd_halves": halves,
                          "chosen": chosen, "weights": w.tolist(), "check": result}, indent=1)
     return 0
 

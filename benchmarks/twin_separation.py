@@ -7,8 +7,12 @@ ineligible, so the first tool of the twin is a look-alike (mostly a same-API nei
 operation). A probability can be calibrated on answerable requests and safe where nothing fits only as far
 as it tells the two apart. Per catalog kind, the AUROC (answerable = positive) of: the decision's best
 probability (the confidence model over the cross-encoder's logit and the retrieval evidence); the
-cross-encoder's logit of that first tool alone; the logit's gap to the second tool. Re-scores the first two
-tools of each row with the shipped scorer (the rows keep tool ids; the requests and needs are re-read from
+cross-encoder's logit of that first tool alone; the logit's gap to the second tool. With the need (0.14.1):
+the same first tool scored with the request alone and with the need alone in the request's place, and their
+sum with the pipeline's logit (does the scorer read the two texts better apart than together?); and the
+first tool's **crowd**, its dense cosine to the nearest of the answer's next four tools (a look-alike left in
+the list: in a twin the tool asked for, its nearest look-alike, is gone). Re-scores the first tools of each
+row with the shipped scorer and encoder (the rows keep tool ids; the requests and needs are re-read from
 their sources). Prints a table; writes JSON.
 """
 
@@ -25,12 +29,44 @@ if __package__ in (None, ""):   # run as a file: the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
-SIGNALS = ("best_probability", "logit", "logit_gap")
+SIGNALS = ("best_probability", "logit", "logit_gap", "crowd")
+NEED_SIGNALS = ("request_alone_logit", "need_alone_logit", "three_logits")   # with the need only
+LABELS = {"best_probability": "best probability", "logit": "cross-encoder logit", "logit_gap": "logit gap to the second",
+          "crowd": "crowd (nearest of tools 2-5)", "request_alone_logit": "logit, request alone",
+          "need_alone_logit": "logit, need alone", "three_logits": "sum of the three logits"}
 
 
-def separation(points: list[dict]) -> dict[str, dict[str, float]]:
+class ToolVectors:
+    """Each catalog tool's dense vector as the index builds it (the normalised centroid of its passages,
+    without example requests), computed once per tool."""
+
+    def __init__(self, encoder=None) -> None:
+        from retrieval.index.encoder import OnnxEncoder
+
+        self.encoder = encoder or OnnxEncoder()
+        self._vectors: dict[tuple, np.ndarray] = {}
+
+    def __call__(self, kind: str, tool) -> np.ndarray:
+        from retrieval.index.text import tool_passages
+
+        key = (kind, tool.id.server, tool.id.tool)
+        if key not in self._vectors:
+            v = self.encoder.encode(tool_passages(tool, with_examples=False)).mean(axis=0)
+            self._vectors[key] = v / max(float(np.linalg.norm(v)), 1e-12)
+        return self._vectors[key]
+
+
+def crowd(vectors: list[np.ndarray]) -> float:
+    """The first tool's cosine to the nearest of the others (the answer's next tools; NaN with none)."""
+    if len(vectors) < 2:
+        return float("nan")
+    return float(max(float(vectors[0] @ v) for v in vectors[1:]))
+
+
+def separation(points: list[dict], signals: tuple[str, ...] = SIGNALS) -> dict[str, dict[str, float]]:
     """Per catalog kind: n answerable, n twins and the AUROC of each signal (points: ``catalog``,
-    ``answerable`` and one value per signal)."""
+    ``answerable`` and one value per signal; a point without a finite value of a signal is left out of
+    that signal's AUROC)."""
     from sklearn.metrics import roc_auc_score
 
     out: dict[str, dict[str, float]] = {}
@@ -39,8 +75,12 @@ def separation(points: list[dict]) -> dict[str, dict[str, float]]:
         y = np.array([p["answerable"] for p in ps], dtype=float)
         if len(set(y)) < 2:
             continue
-        out[kind] = {"answerable": int(y.sum()), "twins": int(len(y) - y.sum()),
-                     **{s: float(roc_auc_score(y, [p[s] for p in ps])) for s in SIGNALS}}
+        cell: dict[str, float] = {"answerable": int(y.sum()), "twins": int(len(y) - y.sum())}
+        for s in signals:
+            v = np.array([p.get(s, np.nan) for p in ps], dtype=float)
+            ok = np.isfinite(v)
+            cell[s] = float(roc_auc_score(y[ok], v[ok])) if len(set(y[ok])) == 2 else float("nan")
+        out[kind] = cell
     return out
 
 
@@ -69,25 +109,33 @@ def main(argv: list[str] | None = None) -> int:
     queries = _queries(a.flow, {base_id(r["id"]) for r in rows})
     catalogs = _Catalogs()
     scorer = Scorer.load(a.model, threads=a.threads)
+    vectors = ToolVectors()
+    signals = SIGNALS + (NEED_SIGNALS if a.mode == "need" else ())
     points = []
     for r in tqdm(rows, desc="re-scoring first tools", unit="request"):
-        names = [catalogs.real(r["catalog"], t) for t in r["tools1"][:2]]
-        if None in names:
+        names = [catalogs.real(r["catalog"], t) for t in r["tools1"][:5]]
+        if None in names[:2]:
             continue
         cat = catalogs.catalog(r["catalog"])
-        tools = [cat.get(ToolId(*n)) for n in names]
+        tools = [cat.get(ToolId(*n)) for n in names if n is not None]
         base = base_id(r["id"])
         need = needs.get(base, {}).get("need") if a.mode == "need" else None
-        z = scorer.logits(queries[base], need, tools)
-        points.append({"catalog": r["catalog"], "answerable": bool(r["answerable"]), "best_probability": r["best1"],
-                       "logit": float(z[0]), "logit_gap": float(z[0] - z[1])})
-    table = separation(points)
+        z = scorer.logits(queries[base], need, tools[:2])
+        point = {"catalog": r["catalog"], "answerable": bool(r["answerable"]), "best_probability": r["best1"],
+                 "logit": float(z[0]), "logit_gap": float(z[0] - z[1]),
+                 "crowd": crowd([vectors(r["catalog"], t) for t in tools])}
+        if a.mode == "need" and need:
+            alone = float(scorer.logits(queries[base], None, tools[:1])[0])
+            need_alone = float(scorer.logits(need, None, tools[:1])[0])
+            point.update({"request_alone_logit": alone, "need_alone_logit": need_alone,
+                          "three_logits": float(z[0]) + alone + need_alone})
+        points.append(point)
+    table = separation(points, signals)
     print(f"answerable requests against their no-fit twins, mode {a.mode}: AUROC of each signal of the first tool\n")
-    print("| catalog | answerable / twins | best probability | cross-encoder logit | logit gap to the second |\n"
-          "|---|---|---:|---:|---:|")
+    print("| catalog | answerable / twins | " + " | ".join(LABELS[s] for s in signals) + " |\n|---|---|"
+          + "---:|" * len(signals))
     for kind, c in table.items():
-        print(f"| {kind} | {c['answerable']} / {c['twins']} | {c['best_probability']:.3f} | {c['logit']:.3f} | "
-              f"{c['logit_gap']:.3f} |")
+        print(f"| {kind} | {c['answerable']} / {c['twins']} | " + " | ".join(f"{c[s]:.3f}" for s in signals) + " |")
     environment = environment_stamp()
     print(stamp_line(environment))
     write_result(a.out, {"environment": environment, "flow": a.flow.name, "mode": a.mode, "separation": table}, indent=1)

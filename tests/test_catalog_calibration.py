@@ -94,9 +94,57 @@ def test_twin_separation_reads_each_signal_per_kind():
     pts = [{"catalog": "k", "answerable": a, "best_probability": 0.9 if a else 0.1, "logit": 0.0,
             "logit_gap": 1.0 if a else 2.0} for a in (True, False) * 5]
     pts.append({"catalog": "only_answerable", "answerable": True, "best_probability": 1, "logit": 1, "logit_gap": 1})
-    table = separation(pts)
+    table = separation(pts, ("best_probability", "logit", "logit_gap"))
     assert set(table) == {"k"}                                 # a kind without twins has nothing to separate
     assert table["k"] == {"answerable": 5, "twins": 5, "best_probability": 1.0, "logit": 0.5, "logit_gap": 0.0}
+
+
+def test_twin_separation_leaves_a_missing_signal_out_of_its_own_auroc():
+    from benchmarks.twin_separation import separation
+
+    pts = [{"catalog": "k", "answerable": a, "best_probability": 0.9 if a else 0.1, "crowd": 0.2 if a else 0.8}
+           for a in (True, False) * 3]
+    pts += [{"catalog": "k", "answerable": False, "best_probability": 0.95, "crowd": float("nan")}]
+    cell = separation(pts, ("best_probability", "crowd"))["k"]
+    assert cell["twins"] == 4 and cell["crowd"] == 0.0         # the NaN twin is not read by the crowd's AUROC
+    assert cell["best_probability"] == pytest.approx(9 / 12)  # but it is by the probability's
+    only_answerable = [{"catalog": "k", "answerable": True, "crowd": 0.1}, {"catalog": "k", "answerable": False}]
+    assert np.isnan(separation(only_answerable, ("crowd",))["k"]["crowd"])
+
+
+def test_crowd_is_the_first_tools_nearest_look_alike():
+    from benchmarks.twin_separation import crowd
+
+    e = np.eye(3)
+    assert crowd([e[0], e[1], (e[0] + e[2]) / np.sqrt(2)]) == pytest.approx(1 / np.sqrt(2))
+    assert crowd([e[0], e[0]]) == pytest.approx(1.0)
+    assert np.isnan(crowd([e[0]]))
+
+
+def test_the_crowd_variant_reads_the_crowd_and_the_halves_split_at_the_median():
+    rows = _rows("k", 8, 0.0, 1)
+    for i, r in enumerate(rows):
+        r["crowd"], r["best1"], r["right1"] = i / 10, 0.5, i < 4   # the least crowded half fits, the rest not
+    x = cc._x(rows, "crowd")
+    assert x.shape == (8, 3) and np.allclose(x[:, 1], [i / 10 for i in range(8)]) and np.allclose(x[:, 2], 1.0)
+    cell = cc.crowd_halves(rows)["k"]["need"]
+    assert cell["labels_error_low"] == pytest.approx(0.5) and cell["labels_error_high"] == pytest.approx(-0.5)
+    judged = cc.crowd_halves(rows, fits=lambda r: True)["k"]["need"]   # every first tool judged to fit
+    assert judged["fits_error_low"] == judged["fits_error_high"] == pytest.approx(0.5)
+    assert cc.crowd_halves(rows[:3]) == {}                              # too few to halve
+
+
+def test_missing_inputs_are_named_not_a_traceback(tmp_path, capsys):
+    flow = tmp_path / "flow.json"
+    flow.write_text("{}")
+    assert cc.main(["--fit", str(flow), "--report", str(tmp_path / "nope.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cc.main(["--fit", str(flow), "--report", str(flow), "--judged-items", str(tmp_path / "items.jsonl"),
+                    "--judged", str(flow)]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert cc.main(["--fit", str(bad), "--report", str(flow)]) == 2
+    assert "not an agent-flow result file" in capsys.readouterr().err
 
 
 def test_a_cut_whose_lower_level_would_proceed_too_is_no_cut():
