@@ -23,7 +23,7 @@ report kind's *own* rows could do (in-sample, so an optimistic reading): the fin
 answerable requests (isotonic) read on its twins, one fitted on both read on its answerable requests, and
 the map that proceeds most while calibrated on the answerable requests and letting at most ``--safe`` of the
 twins proceed wrongly (two levels: the answerable rate above a cut and below it), beside today's proceeds.
-``--crowd`` (0.14.1) adds a variant with the first tool's crowd (its dense cosine to the nearest of the
+``--crowd`` adds a variant with the first tool's crowd (its dense cosine to the nearest of the
 answer's next four tools, ``twin_separation.crowd``: a feature of the list, computed from eligible tools
 only) and, per report kind, the error of the best probability in the half of the answerable first searches
 with the least crowded first tools and in the most crowded half. Prints the tables; writes JSON.
@@ -104,20 +104,21 @@ def apply(rows: list[dict], variant: str, w: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-(_x(rows, variant) @ w)))
 
 
-def add_crowd(rows: list[dict]) -> list[dict]:
-    """The rows whose first answer has at least two tools, each with ``crowd`` (``twin_separation.crowd`` of
-    its first five tools; a tool no longer in its catalog is skipped)."""
+def add_crowd(rows: list[dict], catalogs=None, vectors=None) -> tuple[list[dict], int]:
+    """The rows whose first answer has a first and a second tool still in their catalog, each with ``crowd``
+    (``twin_separation.crowd`` of its first five tools, read from the flow's index), and how many rows were
+    left out (an answer of one tool has no look-alike to read)."""
     from benchmarks.judged_flow import _Catalogs
-    from benchmarks.twin_separation import ToolVectors, crowd
-    from retrieval.catalog.model import ToolId
+    from benchmarks.twin_separation import ToolVectors, answer_tools, crowd
 
-    catalogs, vectors, out = _Catalogs(), ToolVectors(), []
+    catalogs = catalogs or _Catalogs()
+    vectors = vectors or ToolVectors(catalogs)
+    out = []
     for r in rows:
-        names = [n for n in (catalogs.real(r["catalog"], t) for t in (r.get("tools1") or [])[:5]) if n is not None]
-        if len(names) >= 2:
-            cat = catalogs.catalog(r["catalog"])
-            out.append(dict(r, crowd=crowd([vectors(r["catalog"], cat.get(ToolId(*n))) for n in names])))
-    return out
+        ids = answer_tools(catalogs, r["catalog"], r.get("tools1") or [])
+        if ids is not None:
+            out.append(dict(r, crowd=crowd([vectors(r["catalog"], t) for t in ids])))
+    return out, len(rows) - len(out)
 
 
 def crowd_halves(rows: list[dict], fits=None) -> dict[str, dict[str, dict[str, float]]]:
@@ -333,21 +334,43 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: no such file: {', '.join(map(str, missing))}", file=sys.stderr)
         return 2
-    try:
-        fit_data, report_data = json.loads(a.fit.read_text()), json.loads(a.report.read_text())
-    except ValueError as exc:
-        print(f"error: not an agent-flow result file ({exc})", file=sys.stderr)
-        return 2
+    for items, answers, flag in ((a.fit_judged_items, a.fit_judged, "--fit-judged"), (a.judged_items, a.judged, "--judged")):
+        if bool(items) != bool(answers):
+            print(f"error: {flag}-items and {flag} go together", file=sys.stderr)
+            return 2
+    loaded = []
+    for path in (a.fit, a.report):
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or not isinstance(data.get("rows"), list) \
+                    or not all(isinstance(r, dict) for r in data["rows"]):
+                raise ValueError("no list of rows")
+        except (OSError, ValueError) as exc:
+            print(f"error: {path}: not an agent-flow result file ({exc})", file=sys.stderr)
+            return 2
+        loaded.append(data)
+    fit_data, report_data = loaded
     if fit_data.get("set") != "fit" or report_data.get("set") != "report":
         print("error: --fit takes the fit set's rows and --report the report set's", file=sys.stderr)
         return 2
     rows = first_searches(fit_data["rows"], twins=a.mixture)
     report_rows = first_searches(report_data["rows"], twins=True)
+    if not rows or not report_rows:
+        print("error: no first searches to fit on or to check", file=sys.stderr)
+        return 2
     variants = VARIANTS + (CROWD_VARIANTS if a.crowd else ())
     if a.crowd:
-        rows, report_rows = add_crowd(rows), add_crowd(report_rows)
-    if a.fit_judged_items and a.fit_judged:   # fitted to what fits (labelled or judged), not to the labels alone
-        rows = judged_target(rows, load_fits(a.fit_judged_items, a.fit_judged))
+        (rows, fit_left), (report_rows, report_left) = add_crowd(rows), add_crowd(report_rows)
+        print(f"(--crowd: first searches whose answer has no second tool are left out: {fit_left} fit, "
+              f"{report_left} report)")
+    try:
+        fit_judge = load_fits(a.fit_judged_items, a.fit_judged) if a.fit_judged_items else None
+        fits = load_fits(a.judged_items, a.judged) if a.judged_items else None
+    except ValueError as exc:
+        print(f"error: a judge's file: {exc}", file=sys.stderr)
+        return 2
+    if fit_judge is not None:   # fitted to what fits (labelled or judged), not to the labels alone
+        rows = judged_target(rows, fit_judge)
         print("(the fit reads the fit catalogs' judge: a first tool fits when labelled or judged to fit)")
     if a.mixture:
         print("(fitted on the answerable requests and their no-fit twins; the ECE below is the answerable ones')")
@@ -359,7 +382,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {variant} | " + " | ".join(f"{per[k]:.3f}" for k in kinds) + f" | {per['mean']:.3f} | {per['worst']:.3f} |")
     chosen = min(variants, key=lambda v: table[v]["mean"])   # the identity too: no map unless one beats it
     w = fit(rows, chosen)
-    fits = load_fits(a.judged_items, a.judged) if a.judged_items and a.judged else None
     result = check(report_rows, chosen, w, fits, a.proceed)
     print(f"\nchosen on the fit catalogs: {chosen} (weights {np.round(w, 3).tolist()}); checked once on the report "
           "catalogs (ECE before -> after; calibrated model's median at that count)\n")
@@ -409,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     environment = environment_stamp()
     print(stamp_line(environment))
     write_result(a.out, {"environment": environment, "fit": a.fit.name, "report": a.report.name, "loko": table,
-                         "mixture": a.mixture, "proceed": a.proceed, "oracle": oracle, "crowd_halves": halves,
+                         "mixture": a.mixture, "proceed": a.proceed, "oracle": oracle,
+                         **({"crowd_halves": halves} if a.crowd else {}),
                          "chosen": chosen, "weights": w.tolist(), "check": result}, indent=1)
     return 0
 

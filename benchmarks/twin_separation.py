@@ -7,7 +7,7 @@ ineligible, so the first tool of the twin is a look-alike (mostly a same-API nei
 operation). A probability can be calibrated on answerable requests and safe where nothing fits only as far
 as it tells the two apart. Per catalog kind, the AUROC (answerable = positive) of: the decision's best
 probability (the confidence model over the cross-encoder's logit and the retrieval evidence); the
-cross-encoder's logit of that first tool alone; the logit's gap to the second tool. With the need (0.14.1):
+cross-encoder's logit of that first tool alone; the logit's gap to the second tool. With the need:
 the same first tool scored with the request alone and with the need alone in the request's place, and their
 sum with the pipeline's logit (does the scorer read the two texts better apart than together?); and the
 first tool's **crowd**, its dense cosine to the nearest of the answer's next four tools (a look-alike left in
@@ -37,23 +37,46 @@ LABELS = {"best_probability": "best probability", "logit": "cross-encoder logit"
 
 
 class ToolVectors:
-    """Each catalog tool's dense vector as the index builds it (the normalised centroid of its passages,
-    without example requests), computed once per tool."""
+    """Each catalog kind's tool vectors as the agent flow's index holds them: the kind's catalog indexed as
+    ``agent_flow.flow_rows`` indexes it (day one; MCP-Zero organisations search the default index), each vector
+    read from that index. Not re-encoded tool by tool: the encoder is int8 with dynamic quantization, so a
+    vector depends on the batch it was encoded in (re-encoded alone, cosines between tools move by up to 0.05)."""
 
-    def __init__(self, encoder=None) -> None:
-        from retrieval.index.encoder import OnnxEncoder
+    def __init__(self, catalogs) -> None:
+        self.catalogs = catalogs          # benchmarks.judged_flow._Catalogs
+        self._indexes: dict[str, object] = {}
+        self._encoder = None
 
-        self.encoder = encoder or OnnxEncoder()
-        self._vectors: dict[tuple, np.ndarray] = {}
+    def index(self, kind: str):
+        if kind not in self._indexes:
+            from retrieval.index.default import load_or_build_default
+            from retrieval.index.embedded import ToolIndex
+            from retrieval.index.encoder import OnnxEncoder
 
-    def __call__(self, kind: str, tool) -> np.ndarray:
-        from retrieval.index.text import tool_passages
+            if kind == "mcpzero-org":
+                self._indexes[kind] = load_or_build_default(with_examples=False, show_progress=True)
+            else:
+                self._encoder = self._encoder or OnnxEncoder()
+                self._indexes[kind] = ToolIndex(self.catalogs.catalog(kind), self._encoder, with_examples=False,
+                                                show_progress=True)
+        return self._indexes[kind]
 
-        key = (kind, tool.id.server, tool.id.tool)
-        if key not in self._vectors:
-            v = self.encoder.encode(tool_passages(tool, with_examples=False)).mean(axis=0)
-            self._vectors[key] = v / max(float(np.linalg.norm(v)), 1e-12)
-        return self._vectors[key]
+    def __call__(self, kind: str, tool_id) -> np.ndarray:
+        v = self.index(kind).tool_vector(tool_id)
+        if v is None:
+            raise KeyError(f"{kind}: {tool_id} is not in the index")
+        return v
+
+
+def answer_tools(catalogs, kind: str, tools: list, k: int = 5) -> list | None:
+    """The first ``k`` tools of a result row's answer as catalog ``ToolId`` s, in the answer's order; None when
+    the first two do not resolve (the first tool would move); later tools no longer in the catalog are skipped."""
+    from retrieval.catalog.model import ToolId
+
+    names = [catalogs.real(kind, t) for t in tools[:k]]
+    if len(names) < 2 or None in names[:2]:
+        return None
+    return [ToolId(*n) for n in names if n is not None]
 
 
 def crowd(vectors: list[np.ndarray]) -> float:
@@ -95,35 +118,47 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from benchmarks.judged_flow import _Catalogs, _queries
-    from retrieval.catalog.model import ToolId
     from retrieval.evaluation.judged import base_id
     from scorer import Scorer
     from training.flow_cases import load_needs
 
+    from retrieval.catalog.model import CatalogError
+    from scorer import ScorerLoadError
+
     try:
         rows = [r for r in json.loads(a.flow.read_text())["rows"] if r["mode"] == a.mode and len(r.get("tools1", [])) >= 2]
-    except (OSError, ValueError, KeyError) as exc:
+        for r in rows:
+            missing = {"id", "catalog", "answerable", "best1"} - set(r)
+            if missing:
+                raise KeyError(f"a row lacks {sorted(missing)}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"error: {a.flow}: not an agent-flow run ({exc})", file=sys.stderr)
         return 2
     needs = load_needs() if a.mode == "need" else {}
     queries = _queries(a.flow, {base_id(r["id"]) for r in rows})
     catalogs = _Catalogs()
-    scorer = Scorer.load(a.model, threads=a.threads)
-    vectors = ToolVectors()
+    try:
+        scorer = Scorer.load(a.model, threads=a.threads)
+        for kind in sorted({r["catalog"] for r in rows}):
+            catalogs.catalog(kind)
+    except (ScorerLoadError, CatalogError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    vectors = ToolVectors(catalogs)
     signals = SIGNALS + (NEED_SIGNALS if a.mode == "need" else ())
     points = []
     for r in tqdm(rows, desc="re-scoring first tools", unit="request"):
-        names = [catalogs.real(r["catalog"], t) for t in r["tools1"][:5]]
-        if None in names[:2]:
+        ids = answer_tools(catalogs, r["catalog"], r["tools1"])
+        if ids is None:
             continue
         cat = catalogs.catalog(r["catalog"])
-        tools = [cat.get(ToolId(*n)) for n in names if n is not None]
+        tools = [cat.get(t) for t in ids]
         base = base_id(r["id"])
         need = needs.get(base, {}).get("need") if a.mode == "need" else None
         z = scorer.logits(queries[base], need, tools[:2])
         point = {"catalog": r["catalog"], "answerable": bool(r["answerable"]), "best_probability": r["best1"],
                  "logit": float(z[0]), "logit_gap": float(z[0] - z[1]),
-                 "crowd": crowd([vectors(r["catalog"], t) for t in tools])}
+                 "crowd": crowd([vectors(r["catalog"], t) for t in ids])}
         if a.mode == "need" and need:
             alone = float(scorer.logits(queries[base], None, tools[:1])[0])
             need_alone = float(scorer.logits(need, None, tools[:1])[0])

@@ -118,7 +118,60 @@ def test_crowd_is_the_first_tools_nearest_look_alike():
     e = np.eye(3)
     assert crowd([e[0], e[1], (e[0] + e[2]) / np.sqrt(2)]) == pytest.approx(1 / np.sqrt(2))
     assert crowd([e[0], e[0]]) == pytest.approx(1.0)
+    assert crowd([e[0], e[1], e[1]]) == 0.0            # the first tool's nearest, not the closest pair
     assert np.isnan(crowd([e[0]]))
+
+
+class _Names:
+    """A ``_Catalogs`` stand-in: result-file tools resolve to themselves unless retired."""
+
+    def __init__(self, retired=()):
+        self.retired = {tuple(t) for t in retired}
+
+    def real(self, kind, tool):
+        return None if tuple(tool) in self.retired else list(tool)
+
+
+def test_answer_tools_keeps_the_first_tool_first():
+    from benchmarks.twin_separation import answer_tools
+
+    answer = [["S", "a"], ["S", "b"], ["S", "c"], ["S", "d"]]
+    assert [t.tool for t in answer_tools(_Names(), "k", answer)] == ["a", "b", "c", "d"]
+    assert [t.tool for t in answer_tools(_Names([["S", "c"]]), "k", answer)] == ["a", "b", "d"]
+    assert answer_tools(_Names([["S", "a"]]), "k", answer) is None     # never "b" standing in for the first
+    assert answer_tools(_Names([["S", "b"]]), "k", answer) is None
+    assert answer_tools(_Names(), "k", answer[:1]) is None
+    assert len(answer_tools(_Names(), "k", answer * 2)) == 5
+
+
+def test_add_crowd_reads_each_rows_answer_and_counts_what_it_leaves_out():
+    e = np.eye(3)
+    vecs = {"a": e[0], "b": e[1], "c": (e[0] + e[1]) / np.sqrt(2)}
+    rows = [{"catalog": "k", "tools1": [["S", "a"], ["S", "b"], ["S", "c"]]},
+            {"catalog": "k", "tools1": [["S", "a"], ["S", "b"]]},
+            {"catalog": "k", "tools1": [["S", "a"]]},                     # one tool: nothing to read
+            {"catalog": "k", "tools1": [["S", "x"], ["S", "a"]]}]         # its first tool retired
+    out, left = cc.add_crowd(rows, _Names([["S", "x"]]), lambda kind, t: vecs[t.tool])
+    assert left == 2 and [r["crowd"] for r in out] == [pytest.approx(1 / np.sqrt(2)), 0.0]
+    assert "crowd" not in rows[0]                                         # the input rows are left as they were
+
+
+def test_a_tool_vector_is_the_one_the_index_searches():
+    from fakes import HashEncoder, tiny_catalog
+
+    from retrieval.catalog.model import ToolId
+    from retrieval.index.embedded import ToolIndex
+
+    index = ToolIndex(tiny_catalog(), HashEncoder(), with_examples=False)
+    v = index.tool_vector(ToolId("GitHub", "create_issue"))
+    hits = index.retrieve("Create a new issue in a repository", k=3)
+    assert v.shape == (64,) and np.linalg.norm(v) == pytest.approx(1.0)
+    assert hits[0].tool_id == ToolId("GitHub", "create_issue")
+    q = index.embed_query("Create a new issue in a repository").reshape(-1)
+    assert float(v @ q) == pytest.approx(hits[0].dense_score, abs=1e-5)    # the cosine the dense list read
+    v[:] = 0
+    assert np.linalg.norm(index.tool_vector(ToolId("GitHub", "create_issue"))) == pytest.approx(1.0)   # a copy
+    assert index.tool_vector(ToolId("GitHub", "nope")) is None
 
 
 def test_the_crowd_variant_reads_the_crowd_and_the_halves_split_at_the_median():
@@ -132,19 +185,48 @@ def test_the_crowd_variant_reads_the_crowd_and_the_halves_split_at_the_median():
     judged = cc.crowd_halves(rows, fits=lambda r: True)["k"]["need"]   # every first tool judged to fit
     assert judged["fits_error_low"] == judged["fits_error_high"] == pytest.approx(0.5)
     assert cc.crowd_halves(rows[:3]) == {}                              # too few to halve
+    read = cc.crowd_halves(rows, fits=lambda r: None if r["crowd"] < 0.2 else True)["k"]["need"]
+    assert read["n"] == 6                                               # rows the judge did not read are left out
+    # read 0.3 everywhere, fitting half the time, all of it in the least crowded half: the crowd map finds it
+    skewed = [dict(r, catalog=k, best1=0.3, crowd=float(i % 8 >= 4), right1=i % 8 < 4)
+              for k in "ab" for i, r in enumerate(rows * 10)]
+    table = cc.leave_one_kind_out(skewed, ("identity", "crowd"))
+    assert set(table) == {"identity", "crowd"} and table["crowd"]["mean"] < table["identity"]["mean"] - 0.05
 
 
-def test_missing_inputs_are_named_not_a_traceback(tmp_path, capsys):
-    flow = tmp_path / "flow.json"
-    flow.write_text("{}")
-    assert cc.main(["--fit", str(flow), "--report", str(tmp_path / "nope.json")]) == 2
-    assert "no such file" in capsys.readouterr().err
-    assert cc.main(["--fit", str(flow), "--report", str(flow), "--judged-items", str(tmp_path / "items.jsonl"),
-                    "--judged", str(flow)]) == 2
-    bad = tmp_path / "bad.json"
-    bad.write_text("not json")
-    assert cc.main(["--fit", str(bad), "--report", str(flow)]) == 2
-    assert "not an agent-flow result file" in capsys.readouterr().err
+def test_missing_or_broken_inputs_are_named_not_a_traceback(tmp_path, capsys):
+    import json
+
+    fit, report = tmp_path / "fit.json", tmp_path / "report.json"
+    fit.write_text(json.dumps({"set": "fit", "rows": _rows("a", 20, 1.0, 1) + _rows("b", 20, 1.0, 2)}))
+    report.write_text(json.dumps({"set": "report", "rows": _rows("c", 20, 1.0, 3)}))
+    ok = ["--fit", str(fit), "--report", str(report), "--out", str(tmp_path / "out.json")]
+
+    def refused(*extra):
+        code = cc.main([*ok, *extra])
+        return code, capsys.readouterr().err
+
+    assert refused("--report", str(tmp_path / "nope.json")) == (2, f"error: no such file: {tmp_path / 'nope.json'}\n")
+    code, err = refused("--judged-items", str(tmp_path / "items.jsonl"), "--judged", str(fit))
+    assert code == 2 and "items.jsonl" in err
+    code, err = refused("--judged-items", str(fit))
+    assert code == 2 and "go together" in err
+    for text in ("not json", "[]", "{}", '{"rows": [1]}'):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        code, err = refused("--fit", str(bad))
+        assert code == 2 and str(bad) in err and "not an agent-flow result file" in err
+    (tmp_path / "empty.json").write_text(json.dumps({"set": "report", "rows": []}))
+    code, err = refused("--report", str(tmp_path / "empty.json"))
+    assert code == 2 and "no first searches" in err
+    items, judged = tmp_path / "items.jsonl", tmp_path / "judged.jsonl"
+    items.write_text("{broken\n")
+    judged.write_text("")
+    code, err = refused("--judged-items", str(items), "--judged", str(judged))
+    assert code == 2 and "judge" in err
+    assert cc.main(ok) == 0
+    written = json.loads((tmp_path / "out.json").read_text())
+    assert "crowd_halves" not in written and written["chosen"] in cc.VARIANTS   # without --crowd: as before
 
 
 def test_a_cut_whose_lower_level_would_proceed_too_is_no_cut():

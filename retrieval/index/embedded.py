@@ -252,6 +252,11 @@ class ToolIndex:
     def tool(self, tool_id: ToolId) -> Tool | None:
         return self.catalog.get(tool_id)
 
+    def tool_vector(self, tool_id: ToolId) -> np.ndarray | None:
+        """The tool's dense vector as this index searches it (unit length; a copy), or None."""
+        found = self._vectors.get(tool_id)
+        return None if found is None else np.array(found[1], dtype=np.float32).reshape(-1)
+
     def snapshot(self) -> tuple[int, Catalog]:
         """The version and the catalog of one moment, read together (an update swaps both under the lock)."""
         with self._lock:
