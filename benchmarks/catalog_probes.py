@@ -1,0 +1,348 @@
+"""Can a catalog calibrate itself from requests written for its own tools? (issue 34, "calibration that transfers")
+
+    python benchmarks/catalog_probes.py sample --out runs/probes            # tools to probe + the writers' batches
+    # writers (an LLM each, benchmarks/data/probes/brief_write.md): one request per tool card -> requests_*.jsonl
+    python benchmarks/catalog_probes.py need-batches --probes runs/probes  # the written requests, alone
+    # blind need writers (training/data/briefs/needs_blind.md): one need per request, never seeing the tool
+    python benchmarks/catalog_probes.py run --probes runs/probes            # first searches, tool present / removed
+    python benchmarks/catalog_probes.py mine --probes runs/probes           # the judge's batches of first tools
+    # blind judges (benchmarks/results/judged_flow/brief.md) -> judged_*.jsonl
+    python benchmarks/catalog_probes.py check --probes runs/probes --probe-judged runs/probes/judged_*.jsonl \
+        [--judged-items ... --judged ...]
+
+0.14.0 measured that a catalog's *own* evidence (about 50 answerable requests and 50 no-fit ones with known
+outcomes) can set a calibrated, safe cut where no map fitted on other catalogs does. A user's catalog has no
+such evidence on day one, but an LLM endpoint (the one ``toolrank index --write-examples`` uses) can write
+requests for its tools at index time: **probes**. Each probe is searched twice, day one, as the agent-flow
+benchmark searches a request: with its tool eligible (answerable; it fits when the probe's tool is first) and
+with it made ineligible (its no-fit twin; on MCP-Zero organisations the tool's whole server, as the flow's
+twins), with the request alone and with a need written blind from the probe request.
+
+``check`` fits, per held-out kind and mode, maps of the best probability on the probes only and reads them
+on the kind's real requests of the agent flow (``agent_flow_report.json``: other writers' requests, never
+seen by the maps): the ECE against labelled-or-judged fits, the share of answerable first searches that
+proceed and the share of twins that proceed with a tool the judge rejects, beside the shipped probabilities.
+Maps: ``platt`` (``sigmoid(a·logit(p) + b)`` on the answerable probes) and ``two_level`` (the answerable
+probes' fit rate over and under the cut that proceeds most while at most ``--safe`` of the probe twins
+proceed, ``catalog_calibration._most_proceeding``). Prints the tables; writes JSON.
+
+Probes are sampled uniformly over a catalog's tools (``--per-kind``; MCP-Zero organisations: tools of the
+test split's servers). Files of corpora without a licence stay out of the repository (``runs/``); the
+result keeps digests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
+
+STYLES = ("plain", "concrete", "goal", "question", "casual")
+MODES = ("need", "request_only")
+
+
+def _card(tool, siblings: list[str]) -> dict:
+    """What a probe writer sees of a tool: its server, name, description, parameters and sibling names."""
+    schema = tool.input_schema or {}
+    props = schema.get("properties") or {} if isinstance(schema, dict) else {}
+    params = []
+    for name, spec in list(props.items())[:12]:
+        desc = (spec or {}).get("description", "") if isinstance(spec, dict) else ""
+        params.append(f"{name}: {str(desc)[:80]}" if desc else str(name))
+    return {"server": tool.server, "tool": tool.name, "description": (tool.description or "")[:600],
+            "parameters": params, "siblings": siblings[:20]}
+
+
+def _kinds() -> list[str]:
+    from training.flow_cases import SETS
+
+    return ["mcpzero-org", *SETS["report"][1]]
+
+
+def sample(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
+    """Draw the tools to probe and write the writers' batches (tool cards with a style each)."""
+    from benchmarks.judged_flow import _Catalogs
+    from retrieval.jsonl import write_jsonl
+    from training.pairs import load_split
+
+    rng = random.Random(seed)
+    catalogs = _Catalogs()
+    split = load_split()
+    items = []
+    for kind in _kinds():
+        cat = catalogs.catalog(kind)
+        tools = [t for t in cat.tools if kind != "mcpzero-org" or split.get(t.server) == "test"]
+        by_server: dict[str, list[str]] = {}
+        for t in cat.tools:
+            by_server.setdefault(t.server, []).append(t.name)
+        for i, t in enumerate(rng.sample(tools, min(per_kind, len(tools)))):
+            sib = [n for n in by_server[t.server] if n != t.name]
+            rng.shuffle(sib)
+            items.append({"id": f"probe:{kind}:{i:03d}", "catalog": kind, "server": t.server, "tool": t.name,
+                          "style": STYLES[len(items) % len(STYLES)], "card": _card(t, sib)})
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "items.jsonl", items)
+    order = list(items)
+    random.Random(seed + 1).shuffle(order)   # every batch a mix of catalogs
+    for b in range(n_batches):
+        write_jsonl(out / f"write_{b + 1:02d}.jsonl",
+                    [{"id": it["id"], "style": it["style"], **it["card"]} for it in order[b::n_batches]])
+    print(f"{len(items)} tools to probe over {len(_kinds())} kinds -> {out}/items.jsonl, {n_batches} writer batches")
+    return 0
+
+
+VOICES = ("terse", "verbose", "platform", "plain", "first_step")   # training/data/briefs/needs_blind.md
+
+
+def need_batches(folder: Path, n_batches: int, seed: int) -> int:
+    """The blind need writers' batches: ``id<TAB>voice<TAB>request`` of every written probe (the request only:
+    never the tool), voices in turn as the flow's needs were written."""
+    probes = load_probes(folder)
+    if not probes:
+        print(f"error: {folder}: no written probe requests (requests_*.jsonl)", file=sys.stderr)
+        return 2
+    order = sorted(probes, key=lambda p: p["id"])
+    random.Random(seed + 2).shuffle(order)
+    for b in range(n_batches):
+        lines = [f"{p['id']}\t{VOICES[i % len(VOICES)]}\t{' '.join(p['request'].split())}"
+                 for i, p in enumerate(order[b::n_batches])]
+        (folder / f"need_{b + 1:02d}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{len(order)} probe requests -> {n_batches} blind need batches in {folder}")
+    return 0
+
+
+def load_probes(folder: Path) -> list[dict]:
+    """The items with their written request and blind need (``requests_*.jsonl``, ``needs_*.jsonl``)."""
+    from retrieval.jsonl import read_jsonl
+
+    if not (folder / "items.jsonl").is_file():
+        return []
+    items = {r["id"]: r for _, r in read_jsonl(folder / "items.jsonl")}
+    for pattern, key in (("requests_*.jsonl", "request"), ("needs_*.jsonl", "need")):
+        for path in sorted(folder.glob(pattern)):
+            for _, r in read_jsonl(path):
+                if r.get("id") in items and str(r.get(key) or "").strip():
+                    items[r["id"]][key] = str(r[key]).strip()
+    return [it for it in items.values() if it.get("request")]
+
+
+def probe_cases(probes: list[dict], catalogs, rng: random.Random) -> list:
+    """Each probe as an answerable case and its no-fit twin, built as ``training.flow_cases`` builds the flow's."""
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.catalog.model import ToolId
+    from retrieval.evaluation.agent_flow import Case
+    from training.pairs import load_split
+
+    split = load_split()
+    cases = []
+    for p in probes:
+        kind, target = p["catalog"], ToolId(p["server"], p["tool"])
+        need = p.get("need")
+        if kind == "mcpzero-org":   # an organisation of 10-30 test servers holding the probe's; the twin drops it
+            servers = sorted(s for s in catalogs.catalog(kind).servers if split.get(s) == "test" and s != p["server"])
+            org = sorted({p["server"], *rng.sample(servers, rng.randint(10, 30) - 1)})
+            ans, none = Eligibility.of(servers=org), Eligibility.of(servers=[s for s in org if s != p["server"]])
+        else:
+            ans = Eligibility()
+            none = Eligibility.of(tools=[t.id for t in catalogs.catalog(kind).tools if t.id != target])
+        cases.append(Case(p["id"], p["request"], kind, ans, frozenset([target]), need, None))
+        cases.append(Case(p["id"] + ":none", p["request"], kind, none, frozenset(), need, None))
+    return cases
+
+
+def run(folder: Path, seed: int, threads: int, model: Path) -> int:
+    from benchmarks.ablation import CachedScorer
+    from benchmarks.judged_flow import _Catalogs
+    from retrieval.evaluation.agent_flow import run_flow, shippable_rows
+    from retrieval.index.default import load_or_build_default
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.encoder import OnnxEncoder
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.flow import Pipeline
+    from scorer import Scorer
+
+    probes = load_probes(folder)
+    if not probes:
+        print(f"error: {folder}: no written probe requests (requests_*.jsonl)", file=sys.stderr)
+        return 2
+    catalogs, rng = _Catalogs(), random.Random(seed)
+    scorer, policy = CachedScorer(Scorer.load(model, threads=threads)), Policy()
+    encoder, rows = None, []
+    for kind in sorted({p["catalog"] for p in probes}):
+        ps = [p for p in probes if p["catalog"] == kind]
+        cases = probe_cases(ps, catalogs, rng)
+        if kind == "mcpzero-org":
+            index = load_or_build_default(with_examples=False, show_progress=True)
+        else:
+            encoder = encoder or OnnxEncoder()
+            index = ToolIndex(catalogs.catalog(kind), encoder, with_examples=False)
+        modes = [m for m in MODES if m == "request_only" or all(p.get("need") for p in ps)]
+        rows += run_flow(Pipeline(index, scorer, policy=policy), cases, modes, show_progress=True, desc=kind,
+                         tail=False, first_only=True)
+    environment = environment_stamp()
+    write_result(folder / "probe_flow.json", {"environment": environment, "rows": shippable_rows(rows)}, indent=0)
+    print(f"{len(rows)} first searches -> {folder / 'probe_flow.json'}")
+    return 0
+
+
+def mine(folder: Path, n_batches: int, seed: int) -> int:
+    """The judge's items and batches: each probe with the first five tools of its four first searches (tool
+    present and removed, with and without the need), shuffled; the judge sees the probe request alone."""
+    from benchmarks.judged_flow import _Catalogs, shippable_items
+    from retrieval.evaluation.judged import base_id
+    from retrieval.jsonl import write_jsonl
+    from training.refresh_lists import batch_text, seed_of
+
+    try:
+        rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {exc} (run `catalog_probes.py run` first)", file=sys.stderr)
+        return 2
+    text = {p["id"]: p["request"] for p in load_probes(folder)}
+    catalogs, cands = _Catalogs(), {}
+    for r in rows:
+        pid = base_id(r["id"])
+        got = cands.setdefault(pid, (r["catalog"], {}))[1]
+        for t in r.get("tools1", [])[:5]:
+            real = catalogs.real(r["catalog"], t)
+            if real is not None:
+                got[tuple(real)] = None
+    items = []
+    for pid in sorted(cands):
+        kind, got = cands[pid]
+        order = list(got)
+        random.Random(seed_of(f"{seed}:{pid}")).shuffle(order)
+        items.append({"id": pid, "catalog": kind, "query": text[pid],
+                      "candidates": [{"server": a, "tool": b} for a, b in order]})
+    # the items as the probe rows name tools (digests where a corpus has no licence), so the answers line up
+    write_jsonl(folder / "judge_items.jsonl", shippable_items(items))
+    random.Random(seed).shuffle(items)
+    for b in range(n_batches):
+        part = items[b::n_batches]
+        (folder / f"judge_batch_{b + 1:02d}.txt").write_text(
+            "\n".join(batch_text([o], catalogs.catalog(o["catalog"])) for o in part), encoding="utf-8")
+    print(f"{len(items)} probes, {sum(len(o['candidates']) for o in items)} candidates -> {folder}/judge_items.jsonl, "
+          f"{n_batches} judge batches")
+    return 0
+
+
+def check(folder: Path, report: Path, items: Path | None, judged: list[Path], safe: float, proceed: float,
+          out: Path, probe_judged: list[Path] = ()) -> int:
+    from benchmarks.catalog_calibration import _most_proceeding, _two_level, first_fits, fit, apply, load_fits
+    from retrieval.evaluation.stats import ece, ece_floor
+
+    try:
+        probe_rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
+        real = [r for r in json.loads(report.read_text())["rows"] if r.get("mode") in MODES]
+        fits = load_fits(items, judged) if items else None
+        probe_fits = load_fits(folder / "judge_items.jsonl", list(probe_judged)) if probe_judged else None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: {exc} (run `catalog_probes.py run` first; --report takes an agent-flow result file)",
+              file=sys.stderr)
+        return 2
+    table: dict[str, dict[str, dict]] = {}
+    for kind in sorted({r["catalog"] for r in probe_rows}):
+        for mode in MODES:
+            pa_rows = [r for r in probe_rows if r["catalog"] == kind and r["mode"] == mode and r["answerable"]]
+            pt_rows = [r for r in probe_rows if r["catalog"] == kind and r["mode"] == mode and not r["answerable"]]
+            ra = [r for r in real if r["catalog"] == kind and r["mode"] == mode and r["answerable"]]
+            rt = [r for r in real if r["catalog"] == kind and r["mode"] == mode and not r["answerable"]]
+            if fits is not None:
+                ra = [r for r in ra if fits(r) is not None]
+            if not pa_rows or not ra:
+                continue
+            # a probe's first tool fits when it is the probe's tool or (with the probes' judge) judged to fit; a
+            # twin's only when judged (without a judge none does)
+            pa = np.array([r["best1"] for r in pa_rows])
+            ya = np.array([first_fits(r, probe_fits) for r in pa_rows], dtype=float)
+            pt = np.array([r["best1"] for r in pt_rows])
+            yt = np.array([first_fits(r, probe_fits) for r in pt_rows], dtype=float)
+            w = fit([dict(r, right1=bool(v)) for r, v in zip(pa_rows, ya)], "platt")
+            _, cut = _most_proceeding(pa, ya, pt, yt, proceed, safe)
+            two = _two_level(pa, ya, cut)
+            qa, qt = np.array([r["best1"] for r in ra]), np.array([r["best1"] for r in rt])
+            y = np.array([first_fits(r, fits) for r in ra], dtype=float)
+            wrong = np.array([not (fits(r) if fits is not None else r["right1"]) for r in rt], dtype=bool)
+            cell = {"probes": len(pa_rows), "probe_fit_rate": float(ya.mean()), "probe_mean_best": float(pa.mean()),
+                    "probe_twins": len(pt_rows), "n": len(ra), "fits": float(y.mean()),
+                    "ece_floor": ece_floor(qa, draws=200)["median"], "cut": cut, "platt": w.tolist()}
+            for name, m in (("shipped", lambda p: np.asarray(p, dtype=float)),
+                            ("platt", lambda p: apply([{"best1": float(v)} for v in p], "platt", w)),
+                            ("two_level", two)):
+                a_, t_ = m(qa), m(qt) if len(qt) else np.zeros(0)
+                cell[name] = {"ece": float(ece(a_, y)), "mean": float(np.mean(a_)),
+                              "proceed": float(np.mean(a_ >= proceed)),
+                              "twins_wrong": float(np.mean((t_ >= proceed) & wrong)) if len(t_) else float("nan")}
+            table.setdefault(kind, {})[mode] = cell
+    print(f"maps fitted on each kind's probes only (a probe's first tool fits when it is its tool"
+          f"{' or judged to fit' if probe_fits else ''}), read on its real requests (ECE against "
+          f"{'labelled or judged' if fits else 'labelled'} fits; proceeding at {proceed}; twins proceeding with a tool "
+          f"{'the judge rejects' if fits else 'not labelled'})\n")
+    print("| catalog | mode | probes: fit rate / mean best | real: n / fits | calibrated at n | shipped: ECE / proceed / "
+          "twins wrong | platt on probes | two-level on probes |\n|---|---|---|---|---:|---|---|---|")
+    for kind, modes in table.items():
+        for mode, c in modes.items():
+            cols = " | ".join(f"{c[m]['ece']:.3f} / {c[m]['proceed']:.0%} / {c[m]['twins_wrong']:.0%}"
+                              for m in ("shipped", "platt", "two_level"))
+            print(f"| {kind} | {mode} | {c['probe_fit_rate']:.0%} / {c['probe_mean_best']:.2f} ({c['probes']}) | "
+                  f"{c['n']} / {c['fits']:.0%} | {c['ece_floor']:.3f} | {cols} |")
+    environment = environment_stamp()
+    print(stamp_line(environment))
+    write_result(out, {"environment": environment, "report": report.name, "safe": safe, "proceed": proceed,
+                       "judged": bool(fits), "probes_judged": bool(probe_fits), "table": table}, indent=1)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sample", help="draw the tools to probe and write the writers' batches")
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--per-kind", type=int, default=100)
+    s.add_argument("--batches", type=int, default=4)
+    s.add_argument("--seed", type=int, default=0)
+    nb = sub.add_parser("need-batches", help="the blind need writers' batches (the written requests only)")
+    nb.add_argument("--probes", type=Path, required=True)
+    nb.add_argument("--batches", type=int, default=4)
+    nb.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("run", help="first searches of every probe, its tool eligible and not")
+    r.add_argument("--probes", type=Path, required=True)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--threads", type=int, default=2)
+    r.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
+    m = sub.add_parser("mine", help="the judge's items and batches for the probes' first tools")
+    m.add_argument("--probes", type=Path, required=True)
+    m.add_argument("--batches", type=int, default=6)
+    m.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser("check", help="maps fitted on the probes, read on the real requests")
+    c.add_argument("--probe-judged", type=Path, nargs="*", default=[],
+                   help="the judge's answers on the probes (judge_items.jsonl of `mine`)")
+    c.add_argument("--probes", type=Path, required=True)
+    c.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "agent_flow_report.json")
+    c.add_argument("--judged-items", type=Path)
+    c.add_argument("--judged", type=Path, nargs="*", default=[])
+    c.add_argument("--safe", type=float, default=0.10)
+    c.add_argument("--proceed", type=float, default=0.83)
+    c.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_probes.json")
+    a = p.parse_args(argv)
+    if a.cmd == "sample":
+        return sample(a.out, a.per_kind, a.seed, a.batches)
+    if a.cmd == "need-batches":
+        return need_batches(a.probes, a.batches, a.seed)
+    if a.cmd == "run":
+        return run(a.probes, a.seed, a.threads, a.model)
+    if a.cmd == "mine":
+        return mine(a.probes, a.batches, a.seed)
+    return check(a.probes, a.report, a.judged_items, a.judged, a.safe, a.proceed, a.out, a.probe_judged)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
