@@ -22,13 +22,19 @@ twins), with the request alone and with a need written blind from the probe requ
 on the kind's real requests of the agent flow (``agent_flow_report.json``: other writers' requests, never
 seen by the maps): the ECE against labelled-or-judged fits, the share of answerable first searches that
 proceed and the share of twins that proceed with a tool the judge rejects, beside the shipped probabilities.
-Maps: ``platt`` (``sigmoid(a·logit(p) + b)`` on the answerable probes) and ``two_level`` (the answerable
-probes' fit rate over and under the cut that proceeds most while at most ``--safe`` of the probe twins
-proceed, ``catalog_calibration._most_proceeding``). Prints the tables; writes JSON.
+Maps: ``platt`` (``sigmoid(a·logit(p) + b)`` on the answerable probes), ``shift`` (``sigmoid(logit(p) + b)``),
+``pooled_shift`` and ``pooled_platt`` (one map fitted on both modes' probes: what one map per index is) and ``two_level``
+(the answerable probes' fit rate over and under the cut that proceeds most while at most ``--safe`` of the
+probe twins proceed, ``catalog_calibration._most_proceeding``). Each is read with the zone thresholds as
+shipped (``proceed``, ``twins wrong``); a map that only says what the numbers mean moves the thresholds with
+it and leaves every decision as shipped. Prints the tables; writes JSON.
 
 Probes are sampled uniformly over a catalog's tools (``--per-kind``; MCP-Zero organisations: tools of the
-test split's servers). Files of corpora without a licence stay out of the repository (``runs/``); the
-result keeps digests.
+split's servers; ``--set fit`` probes the fit catalogs, where the map's form was chosen). The runs behind the
+result files are in ``benchmarks/data/probes/{report,fit}/`` (``check --probes`` on them reproduces the
+tables); the tool cards, requests and needs of corpora without a licence stay out of the repository, the
+flow rows and judge items keep digests. The map ``toolrank index --calibrate`` ships is ``pooled_platt``
+(``retrieval.pipeline.probes.fit_probes``).
 """
 
 from __future__ import annotations
@@ -61,13 +67,20 @@ def _card(tool, siblings: list[str]) -> dict:
             "parameters": params, "siblings": siblings[:20]}
 
 
-def _kinds() -> list[str]:
+def _kinds(which: str = "report") -> list[str]:
     from training.flow_cases import SETS
 
-    return ["mcpzero-org", *SETS["report"][1]]
+    return ["mcpzero-org", *SETS[which][1]]
 
 
-def sample(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
+def _split(which: str) -> str:
+    """The MCP-Zero split whose servers a set's organisations are drawn from (test: report, dev: fit)."""
+    from training.flow_cases import SETS
+
+    return SETS[which][0]
+
+
+def sample(out: Path, per_kind: int, seed: int, n_batches: int, which: str = "report") -> int:
     """Draw the tools to probe and write the writers' batches (tool cards with a style each)."""
     from benchmarks.judged_flow import _Catalogs
     from retrieval.jsonl import write_jsonl
@@ -77,16 +90,16 @@ def sample(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
     catalogs = _Catalogs()
     split = load_split()
     items = []
-    for kind in _kinds():
+    for kind in _kinds(which):
         cat = catalogs.catalog(kind)
-        tools = [t for t in cat.tools if kind != "mcpzero-org" or split.get(t.server) == "test"]
+        tools = [t for t in cat.tools if kind != "mcpzero-org" or split.get(t.server) == _split(which)]
         by_server: dict[str, list[str]] = {}
         for t in cat.tools:
             by_server.setdefault(t.server, []).append(t.name)
         for i, t in enumerate(rng.sample(tools, min(per_kind, len(tools)))):
             sib = [n for n in by_server[t.server] if n != t.name]
             rng.shuffle(sib)
-            items.append({"id": f"probe:{kind}:{i:03d}", "catalog": kind, "server": t.server, "tool": t.name,
+            items.append({"id": f"probe:{kind}:{i:03d}", "catalog": kind, "set": which, "server": t.server, "tool": t.name,
                           "style": STYLES[len(items) % len(STYLES)], "card": _card(t, sib)})
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "items.jsonl", items)
@@ -95,7 +108,7 @@ def sample(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
     for b in range(n_batches):
         write_jsonl(out / f"write_{b + 1:02d}.jsonl",
                     [{"id": it["id"], "style": it["style"], **it["card"]} for it in order[b::n_batches]])
-    print(f"{len(items)} tools to probe over {len(_kinds())} kinds -> {out}/items.jsonl, {n_batches} writer batches")
+    print(f"{len(items)} tools to probe over {len(_kinds(which))} kinds -> {out}/items.jsonl, {n_batches} writer batches")
     return 0
 
 
@@ -146,8 +159,9 @@ def probe_cases(probes: list[dict], catalogs, rng: random.Random) -> list:
     for p in probes:
         kind, target = p["catalog"], ToolId(p["server"], p["tool"])
         need = p.get("need")
-        if kind == "mcpzero-org":   # an organisation of 10-30 test servers holding the probe's; the twin drops it
-            servers = sorted(s for s in catalogs.catalog(kind).servers if split.get(s) == "test" and s != p["server"])
+        if kind == "mcpzero-org":   # an organisation of 10-30 of the set's servers holding the probe's; the twin drops it
+            part = _split(p.get("set", "report"))
+            servers = sorted(s for s in catalogs.catalog(kind).servers if split.get(s) == part and s != p["server"])
             org = sorted({p["server"], *rng.sample(servers, rng.randint(10, 30) - 1)})
             ans, none = Eligibility.of(servers=org), Eligibility.of(servers=[s for s in org if s != p["server"]])
         else:
@@ -193,6 +207,22 @@ def run(folder: Path, seed: int, threads: int, model: Path) -> int:
     return 0
 
 
+def fit_shift(p: np.ndarray, y: np.ndarray, pull: float = 0.5) -> float:
+    """``b`` of ``sigmoid(logit(p) + b)``: the log loss on (``p``, ``y``) plus ``pull * b^2`` (the same pull
+    towards the identity as the tenant recalibration's)."""
+    from scipy.optimize import minimize_scalar
+
+    from retrieval.pipeline.recalibration import _logit, expit
+
+    z, y = _logit(p), np.asarray(y, dtype=np.float64)
+
+    def loss(b: float) -> float:
+        q = np.clip(expit(z + b), 1e-12, 1 - 1e-12)
+        return float(-np.sum(y * np.log(q) + (1 - y) * np.log(1 - q)) + pull * b * b)
+
+    return float(minimize_scalar(loss, bounds=(-8.0, 8.0), method="bounded").x)
+
+
 def mine(folder: Path, n_batches: int, seed: int) -> int:
     """The judge's items and batches: each probe with the first five tools of its four first searches (tool
     present and removed, with and without the need), shuffled; the judge sees the probe request alone."""
@@ -236,8 +266,9 @@ def mine(folder: Path, n_batches: int, seed: int) -> int:
 
 def check(folder: Path, report: Path, items: Path | None, judged: list[Path], safe: float, proceed: float,
           out: Path, probe_judged: list[Path] = ()) -> int:
-    from benchmarks.catalog_calibration import _most_proceeding, _two_level, first_fits, fit, apply, load_fits
+    from benchmarks.catalog_calibration import _most_proceeding, _two_level, apply, first_fits, fit, load_fits
     from retrieval.evaluation.stats import ece, ece_floor
+    from retrieval.pipeline.probes import fit_probes
 
     try:
         probe_rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
@@ -266,6 +297,14 @@ def check(folder: Path, report: Path, items: Path | None, judged: list[Path], sa
             pt = np.array([r["best1"] for r in pt_rows])
             yt = np.array([first_fits(r, probe_fits) for r in pt_rows], dtype=float)
             w = fit([dict(r, right1=bool(v)) for r, v in zip(pa_rows, ya)], "platt")
+            shift = fit_shift(pa, ya)
+            # one shift for both modes (an index's map cannot know which mode a later attempt comes in)
+            pooled_rows = [r for r in probe_rows if r["catalog"] == kind and r["answerable"] and r["mode"] in MODES]
+            pooled_y = [first_fits(r, probe_fits) for r in pooled_rows]
+            pooled = fit_shift(np.array([r["best1"] for r in pooled_rows]), np.array(pooled_y, dtype=float))
+            # the map `toolrank index --calibrate` ships: one Platt map over both modes (retrieval.pipeline.probes)
+            shipped_map = fit_probes([{"searches": [{"best": r["best1"], "fits": bool(v)}]}
+                                      for r, v in zip(pooled_rows, pooled_y)], "benchmark", min_searches=1)
             _, cut = _most_proceeding(pa, ya, pt, yt, proceed, safe)
             two = _two_level(pa, ya, cut)
             qa, qt = np.array([r["best1"] for r in ra]), np.array([r["best1"] for r in rt])
@@ -273,9 +312,16 @@ def check(folder: Path, report: Path, items: Path | None, judged: list[Path], sa
             wrong = np.array([not (fits(r) if fits is not None else r["right1"]) for r in rt], dtype=bool)
             cell = {"probes": len(pa_rows), "probe_fit_rate": float(ya.mean()), "probe_mean_best": float(pa.mean()),
                     "probe_twins": len(pt_rows), "n": len(ra), "fits": float(y.mean()),
-                    "ece_floor": ece_floor(qa, draws=200)["median"], "cut": cut, "platt": w.tolist()}
+                    "ece_floor": ece_floor(qa, draws=200)["median"], "cut": cut, "platt": w.tolist(),
+                    "shift": shift, "pooled_shift": pooled,
+                    "pooled_platt": [shipped_map.a, shipped_map.b] if shipped_map else None}
+            from retrieval.pipeline.recalibration import _logit, expit
+
             for name, m in (("shipped", lambda p: np.asarray(p, dtype=float)),
                             ("platt", lambda p: apply([{"best1": float(v)} for v in p], "platt", w)),
+                            ("shift", lambda p: expit(_logit(p) + shift)),
+                            ("pooled_shift", lambda p: expit(_logit(p) + pooled)),
+                            ("pooled_platt", lambda p: shipped_map.apply(p) if shipped_map else np.asarray(p, float)),
                             ("two_level", two)):
                 a_, t_ = m(qa), m(qt) if len(qt) else np.zeros(0)
                 cell[name] = {"ece": float(ece(a_, y)), "mean": float(np.mean(a_)),
@@ -286,14 +332,19 @@ def check(folder: Path, report: Path, items: Path | None, judged: list[Path], sa
           f"{' or judged to fit' if probe_fits else ''}), read on its real requests (ECE against "
           f"{'labelled or judged' if fits else 'labelled'} fits; proceeding at {proceed}; twins proceeding with a tool "
           f"{'the judge rejects' if fits else 'not labelled'})\n")
-    print("| catalog | mode | probes: fit rate / mean best | real: n / fits | calibrated at n | shipped: ECE / proceed / "
-          "twins wrong | platt on probes | two-level on probes |\n|---|---|---|---|---:|---|---|---|")
+    maps = ("shipped", "platt", "shift", "pooled_shift", "pooled_platt", "two_level")
+    print("| catalog | mode | probes: fit rate / mean best | real: n / fits | calibrated at n | "
+          + " | ".join(f"{m}: ECE / proceed / twins wrong" for m in maps) + " |\n|---|---|---|---|---:|"
+          + "---|" * len(maps))
     for kind, modes in table.items():
         for mode, c in modes.items():
-            cols = " | ".join(f"{c[m]['ece']:.3f} / {c[m]['proceed']:.0%} / {c[m]['twins_wrong']:.0%}"
-                              for m in ("shipped", "platt", "two_level"))
+            cols = " | ".join(f"{c[m]['ece']:.3f} / {c[m]['proceed']:.0%} / {c[m]['twins_wrong']:.0%}" for m in maps)
             print(f"| {kind} | {mode} | {c['probe_fit_rate']:.0%} / {c['probe_mean_best']:.2f} ({c['probes']}) | "
                   f"{c['n']} / {c['fits']:.0%} | {c['ece_floor']:.3f} | {cols} |")
+    present = [mode for mode in MODES if any(mode in c for c in table.values())]
+    print("\nmean ECE over the kinds: " + ", ".join(
+        f"{mode}: " + " / ".join(f"{m} {np.mean([c[mode][m]['ece'] for c in table.values() if mode in c]):.3f}"
+                                 for m in maps) for mode in present))
     environment = environment_stamp()
     print(stamp_line(environment))
     write_result(out, {"environment": environment, "report": report.name, "safe": safe, "proceed": proceed,
@@ -309,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--per-kind", type=int, default=100)
     s.add_argument("--batches", type=int, default=4)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--set", choices=("report", "fit"), default="report",
+                   help="the agent flow's catalogs to probe (fit: MCP-Zero dev organisations and the training corpora)")
     nb = sub.add_parser("need-batches", help="the blind need writers' batches (the written requests only)")
     nb.add_argument("--probes", type=Path, required=True)
     nb.add_argument("--batches", type=int, default=4)
@@ -334,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_probes.json")
     a = p.parse_args(argv)
     if a.cmd == "sample":
-        return sample(a.out, a.per_kind, a.seed, a.batches)
+        return sample(a.out, a.per_kind, a.seed, a.batches, a.set)
     if a.cmd == "need-batches":
         return need_batches(a.probes, a.batches, a.seed)
     if a.cmd == "run":

@@ -108,6 +108,12 @@ def cmd_index(a: argparse.Namespace) -> int:
         raise ValueError("--dry-run and --examples-cache go with --write-examples")
     if a.write_examples and a.no_examples:
         raise ValueError("--write-examples and --no-examples contradict each other: give one")
+    if (a.probes is not None or a.model is not None) and not a.calibrate:
+        raise ValueError("--probes and --model go with --calibrate")
+    if a.probes is not None and a.probes < 1:
+        raise ValueError(f"--probes must be at least 1, got {a.probes}")
+    if a.calibrate and a.dry_run:
+        raise ValueError("--dry-run is for --write-examples; --calibrate has none (it writes 2-4 short replies per probe)")
     if a.mcp_config:
         return _index_mcp(a)
     if a.out is None:
@@ -120,10 +126,42 @@ def cmd_index(a: argparse.Namespace) -> int:
         cat, status = _write_examples(a, cat, a.examples_cache or _cache_beside(a.out))
         if cat is None:
             return 0
+    if a.calibrate:
+        _llm_for_calibration()   # a missing endpoint is said before anything is built
     index = ToolIndex.build(cat, with_examples=not a.no_examples, show_progress=True)
     out = index.save(a.out)
     print(f"indexed {len(cat)} tools from {len(cat.servers)} servers into {out}")
+    if a.calibrate:
+        status = max(status, _calibrate(a, out))
     return status
+
+
+def _llm_for_calibration():
+    from .index.examples import llm_client
+
+    try:
+        return llm_client()
+    except ValueError as exc:
+        raise ValueError(f"--calibrate: {exc}") from None
+
+
+def _calibrate(a: argparse.Namespace, path: Path) -> int:
+    """Probe the saved index at ``path`` and save its calibration with it; 1 when the endpoint failed or too few
+    probes were measured (the index is usable either way)."""
+    from .index.embedded import ToolIndex
+    from .pipeline.probes import DEFAULT_PROBES, probe_cache_beside, write_probes
+
+    index = ToolIndex.load(path)
+    index.calibration = None   # probes read the shipped probabilities
+    pipe = _pipeline(index, a.model, False, 2)
+    outcome = write_probes(pipe, _llm_for_calibration(), probe_cache_beside(path),
+                           n=a.probes or DEFAULT_PROBES, show_progress=True)
+    print(outcome.format())
+    if outcome.calibration is None:
+        return 1
+    index.calibration = outcome.calibration.to_dict()
+    index.save(path)
+    return 1 if outcome.error else 0
 
 
 def _cache_beside(path: Path) -> Path:
@@ -163,6 +201,8 @@ def _index_qdrant(a: argparse.Namespace, backend) -> int:
     if a.write_examples:
         raise ValueError("--write-examples builds embedded indexes only for now; write the examples with "
                          "--backend embedded, or with `toolrank generate examples`, then pass --examples FILE")
+    if a.calibrate:
+        raise ValueError("--calibrate calibrates embedded indexes only for now (--backend embedded)")
     from .catalog.formats import load_catalog, load_examples
     from .index.qdrant.index import QdrantToolIndex
 
@@ -191,9 +231,13 @@ def _index_mcp(a: argparse.Namespace) -> int:
     if a.timeout <= 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {a.timeout:g}")
     install_log_redaction()
+    if a.calibrate:
+        _llm_for_calibration()   # a missing endpoint is said before any server is started
     report = index_mcp_config(a.mcp_config, a.index, timeout_s=a.timeout)
     print(redact(report.format()))
     examples_status = _mcp_examples(a, report.path) if a.write_examples else 0
+    if a.calibrate:
+        examples_status = max(examples_status, _calibrate(a, Path(report.path)))
     # Absolute paths: the client starts toolrank from a folder of its own choosing.
     args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + \
         (["--index", str(Path(report.path).resolve())] if a.index else [])
@@ -370,6 +414,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="with --write-examples: print how many tools need examples and an estimate of tokens")
     g.add_argument("--examples-cache", type=Path, metavar="FILE",
                    help="with --write-examples: the cache JSONL (default: <index folder>.examples.jsonl)")
+    g = s.add_argument_group("the catalog's own calibration, written at index time (docs/day-one.md)")
+    g.add_argument("--calibrate", action="store_true",
+                   help="measure what the probabilities mean on this catalog: the LLM endpoint writes a request for "
+                        "each of up to --probes tools and a blind need for it, each is searched, and the endpoint "
+                        "judges first tools that are not the probe's own; the probabilities and the zone thresholds "
+                        "then move together (no decision changes). Saved with the index; resumable "
+                        "(<index folder>.probes.jsonl)")
+    g.add_argument("--probes", type=int, default=None, metavar="N",
+                   help="with --calibrate: how many tools to probe (default 100)")
+    g.add_argument("--model", type=Path, help="with --calibrate: the scorer model folder (default: the shipped one)")
     _add_backend(s)
     s.set_defaults(func=cmd_index)
 

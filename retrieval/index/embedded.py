@@ -67,6 +67,9 @@ class ToolIndex:
         # fixed when the index is built: tools updated later do not change them (re-index to re-choose)
         self.fusion = fusion or FusionConfig.for_catalog(catalog.tools, with_examples)
         self.version = version
+        # the catalog's own calibration written at index time (retrieval.pipeline.probes; a plain dict here):
+        # saved with the index, dropped when its tools change
+        self.calibration: dict | None = None
         self._lock = threading.RLock()
         self._vectors: dict[ToolId, tuple[str, np.ndarray]] = dict(vectors or {})
         self._rebuild(catalog, show_progress=show_progress, bm25=bm25)
@@ -131,8 +134,10 @@ class ToolIndex:
             descs = {k: v for k, v in self.catalog.server_descriptions.items() if k != name}
             descs[name] = description
             before = len(self._vectors)
+            tools_before = self._tool_hashes()
             n = self._rebuild(Catalog(others + new_tools, descs))
             self.version += 1
+            self._drop_calibration_if_changed(tools_before)
             log.info("upserted server %r: %d tools, %d re-embedded (%d cached before)", name, len(new_tools), n, before)
             return n
 
@@ -142,10 +147,22 @@ class ToolIndex:
             keep = [t for t in self.catalog.tools if t.server != name]
             removed = len(self.catalog.tools) - len(keep)
             if removed:
+                tools_before = self._tool_hashes()
                 descs = {k: v for k, v in self.catalog.server_descriptions.items() if k != name}
                 self._rebuild(Catalog(keep, descs))
                 self.version += 1
+                self._drop_calibration_if_changed(tools_before)
             return removed
+
+    def _tool_hashes(self) -> dict[ToolId, str]:
+        return {t.id: t.content_hash() for t in self.catalog.tools}
+
+    def _drop_calibration_if_changed(self, before: dict[ToolId, str]) -> None:
+        """A calibration measured on other tools no longer says what this catalog's numbers mean."""
+        if self.calibration is not None and self._tool_hashes() != before:
+            self.calibration = None
+            log.info("the catalog changed: its calibration written at index time is dropped "
+                     "(write it again with `toolrank index ... --calibrate`)")
 
     # ------------------------------------------------------------------ search
 
@@ -277,6 +294,7 @@ class ToolIndex:
             "counts": {"servers": len(self.catalog.servers), "tools": len(self.catalog.tools),
                        "passages": int(len(self._dense.vectors))},
             "tools": {f"{t.server}\t{t.name}": t.content_hash() for t in self.catalog.tools},
+            **({"catalog_calibration": self.calibration} if self.calibration is not None else {}),
         }
 
     def save(self, directory: str | Path) -> Path:
@@ -350,6 +368,9 @@ class ToolIndex:
         with_examples = manifest.get("with_examples", True)
         fusion = FusionConfig.from_manifest(manifest.get("fusion", {}), manifest.get("package_version"),
                                             tools, with_examples)
-        return cls(catalog, encoder, with_examples=with_examples, fusion=fusion, vectors=cached,
-                   version=int(manifest.get("version", 1)),
-                   bm25=BM25Index.load(directory / "bm25", len(tools)) if (directory / "bm25").exists() else None)
+        index = cls(catalog, encoder, with_examples=with_examples, fusion=fusion, vectors=cached,
+                    version=int(manifest.get("version", 1)),
+                    bm25=BM25Index.load(directory / "bm25", len(tools)) if (directory / "bm25").exists() else None)
+        calibration = manifest.get("catalog_calibration")
+        index.calibration = calibration if isinstance(calibration, dict) else None
+        return index

@@ -168,6 +168,10 @@ class Pipeline:
         tail_file = Path(getattr(scorer, "path", None) or "") / TAIL_FILE if scorer is not None else None
         self.tail_calibration = TailCalibration.load(tail_file) \
             if self.tail_confidence is not None and tail_file is not None and tail_file.is_file() else None
+        # the catalog's own calibration written at index time (retrieval.pipeline.probes): it moves the
+        # probabilities and the zone thresholds together, so no decision changes
+        from .probes import CatalogCalibration
+        self.catalog_calibration = CatalogCalibration.of_index(index, self.model_key)
         self.tokens = token_counter or TokenCounter()
         self._matchers_version = -1
         self._catalog_tokens: dict[tuple, int] = {}
@@ -361,6 +365,12 @@ class Pipeline:
         return self.scorer.score(request, need, tools)
 
     @property
+    def model_key(self) -> str:
+        """The scorer a catalog calibration was measured with (``name@version``; retrieval-only without one)."""
+        info = self.model_info
+        return f"{info['name']}@{info['version']}"
+
+    @property
     def model_info(self) -> dict[str, Any]:
         if self.scorer is None:
             return {"name": "retrieval-only", "version": "0"}
@@ -400,11 +410,16 @@ class Pipeline:
         t0 = time.perf_counter()
         check_search(request, k, fmt)
         req = self._resolve(request, need, eligible, previous, k, fmt, policy, explain, learned)
+        cal = self.catalog_calibration
+        if cal is not None:   # the thresholds move with the probabilities: the same decisions
+            req = dataclasses.replace(req, policy=cal.policy(req.policy))
         found = self._shortcuts(req)
         hits = self._retrieve(req, found)
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
+        if cal is not None and len(probs):
+            probs = cal.apply(probs)
         raw = probs
         if recalibration is not None and len(probs):
             probs = recalibration.apply(probs)

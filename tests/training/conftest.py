@@ -65,6 +65,8 @@ class FakeLLM:
         self.malformed = False
         self.bad_text = 0
         self.delay = 0.0
+        self.judge_yes = 0.85                  # the probe judge's answer when a tool's words are in the request
+        self.judged: list[tuple[str, str]] = []
         self.requests: list[dict[str, Any]] = []
         self.arrivals = 0
         self.max_in_flight = 0
@@ -141,6 +143,9 @@ class FakeLLM:
         if body.get("logprobs") and self.reject_logprobs:
             return 400, {"error": {"message": "logprobs is not supported by this model"}}
         system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        probe = self._probe_answer(system, user)
+        if probe is not None:
+            return 200, self._completion(probe)
         if "Writing example requests" in system or "Writing training questions" in system:
             with self._lock:
                 bad = self.bad_text > 0
@@ -168,6 +173,22 @@ class FakeLLM:
                 {"token": "Maybe", "logprob": -6.0}]}]
             return 200, self._completion(word, content if self.logprobs else None)
         return 200, self._completion(json.dumps({"p_yes": 0.85 if yes else 0.05}))
+
+    def _probe_answer(self, system: str, user: str) -> str | None:
+        """The calibration probes' three prompts (retrieval.pipeline.probes): a request naming the tool's words,
+        a need repeating it, and a judge that says yes when the tool's words are in the request."""
+        if "Writing a probe request" in system:
+            tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
+            return json.dumps({"request": f"please {tool.replace('_', ' ')} for me"})
+        if "one-line need" in system:
+            request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
+            return json.dumps({"need": request.removeprefix("please ").removesuffix(" for me")})
+        if "Does this tool do what the user asked" in system:
+            request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
+            tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
+            self.judged.append((request, tool))
+            return json.dumps({"p_yes": self.judge_yes if tool.replace("_", " ") in request else 0.05})
+        return None
 
     def _completion(self, text: str, logprob_content: list | None = None) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
