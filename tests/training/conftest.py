@@ -177,13 +177,13 @@ class FakeLLM:
     def _probe_answer(self, system: str, user: str) -> str | None:
         """The calibration probes' three prompts (retrieval.pipeline.probes): a request naming the tool's words,
         a need repeating it, and a judge that says yes when the tool's words are in the request."""
-        if "Writing a probe request" in system:
+        if system.startswith("# Writing a probe request"):
             tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
             return json.dumps({"request": f"please {tool.replace('_', ' ')} for me"})
-        if "one-line need" in system:
+        if system.startswith("# Writing an agent's one-line need"):
             request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
             return json.dumps({"need": request.removeprefix("please ").removesuffix(" for me")})
-        if "Does this tool do what the user asked" in system:
+        if system.startswith("# Does this tool do what the user asked?"):
             request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
             tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
             self.judged.append((request, tool))
