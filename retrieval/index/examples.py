@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 from retrieval.catalog.model import Catalog, Tool, ToolId
-from retrieval.jsonl import read_jsonl
 from retrieval.writing.llm import ChatClient, GenerationError, LLMConfig
 from retrieval.writing.prompting import example_messages, parse_examples
-from retrieval.writing.runner import JsonlOutput, ask, row_key, run_jobs
+from retrieval.writing.runner import JsonlOutput, ask, read_rows, row_key, run_jobs
 
 __all__ = ["ExamplePlan", "ExampleOutcome", "bare_hash", "load_cache", "plan_examples", "write_examples",
            "OUTPUT_TOKENS_PER_EXAMPLE"]
@@ -43,20 +42,14 @@ def load_cache(path: str | Path) -> dict[tuple[str, str, str], list[str]]:
     Raises:
         ValueError: a line that is not a cache row (names the file and line).
     """
-    path = Path(path)
-    if not path.exists():
-        return {}
-    out = {}
-    for lineno, row in read_jsonl(path):
-        try:
-            ex = row["examples"]
-            if not isinstance(ex, list) or not all(isinstance(e, str) for e in ex):
-                raise TypeError("examples")
-            out[(row["server"], row["tool"], row["hash"])] = [c for c in map(clean_example, ex) if c]
-        except (KeyError, TypeError):
-            raise ValueError(f"{path}, line {lineno}: not an example cache row ({{server, tool, hash, examples}}); "
-                             "remove the line or use another --examples-cache") from None
-    return out
+    def key(row: dict) -> tuple[str, str, str]:
+        ex = row["examples"]
+        if not isinstance(ex, list) or not all(isinstance(e, str) for e in ex):
+            raise TypeError("examples")
+        return row["server"], row["tool"], row["hash"]
+
+    rows = read_rows(path, key, what="an example cache row ({server, tool, hash, examples})")
+    return {k: [c for c in map(clean_example, row["examples"]) if c] for k, row in rows.items()}
 
 
 def _siblings(catalog: Catalog, tool: Tool) -> list[Tool]:

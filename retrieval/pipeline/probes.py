@@ -38,7 +38,7 @@ import numpy as np
 from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.writing.llm import ChatClient, GenerationError
 from retrieval.writing.prompting import ContentError, clip, json_object, load_prompt, tool_list, tool_text
-from retrieval.writing.runner import JsonlOutput, ask, row_key, run_jobs
+from retrieval.writing.runner import JsonlOutput, ask, read_rows, row_key, run_jobs
 
 from .recalibration import _logit, expit, fit_recalibration
 
@@ -256,20 +256,11 @@ def _read_cache(path: str | Path) -> dict[tuple[str, str, str, str], dict]:
     Raises:
         ValueError: a line that is not a probe row (names the file and line).
     """
-    from retrieval.jsonl import read_jsonl
+    def key(row: dict) -> tuple[str, str, str, str]:
+        if not isinstance(row["searches"], list):
+            raise TypeError("searches")
+        for s in row["searches"]:
+            float(s["best"]), bool(s["fits"])
+        return row["server"], row["tool"], row["hash"], row["model"]
 
-    path = Path(path)
-    if not path.exists():
-        return {}
-    out = {}
-    for lineno, row in read_jsonl(path):
-        try:
-            if not isinstance(row["searches"], list):
-                raise TypeError("searches")
-            for s in row["searches"]:
-                float(s["best"]), bool(s["fits"])
-            out[(row["server"], row["tool"], row["hash"], row["model"])] = row
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{path}, line {lineno}: not a probe row ({{server, tool, hash, model, request, need, "
-                             "searches}}); remove the line or the file") from None
-    return out
+    return read_rows(path, key, what="a probe row ({server, tool, hash, model, request, need, searches})")

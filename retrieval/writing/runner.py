@@ -22,7 +22,7 @@ from retrieval.jsonl import dumps_line, split_lines
 from .llm import ChatClient, GenerationError
 from .prompting import ContentError
 
-__all__ = ["JsonlOutput", "RunStats", "ask", "row_key", "run_jobs"]
+__all__ = ["JsonlOutput", "RunStats", "ask", "read_rows", "row_key", "run_jobs"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,27 @@ def row_key(*fields: str, needs: Sequence[str] = ()) -> Callable[[dict], Hashabl
             raise KeyError(missing[0])
         return tuple(row[f] for f in fields)
     return key
+
+
+def read_rows(path: str | Path, key: Callable[[dict], Hashable], *, what: str) -> dict[Hashable, dict]:
+    """``key(row) -> row`` of every line of a JSONL file (empty when there is none); ``key`` raises KeyError,
+    TypeError or ValueError for a row that is not ``what``.
+
+    Raises:
+        ValueError: a line that is not ``what`` (names the file and line).
+    """
+    from retrieval.jsonl import read_jsonl
+
+    path = Path(path)
+    if not path.exists():
+        return {}
+    out = {}
+    for lineno, row in read_jsonl(path):
+        try:
+            out[key(row)] = row
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}, line {lineno}: not {what}; remove the line or use another file") from None
+    return out
 
 
 def run_jobs(jobs: Sequence[Any], work: Callable[[Any], list[dict]], out: JsonlOutput, *,
