@@ -303,8 +303,8 @@ def check(folder: Path, report: Path, items: Path | None, judged: list[Path], sa
             pooled_y = [first_fits(r, probe_fits) for r in pooled_rows]
             pooled = fit_shift(np.array([r["best1"] for r in pooled_rows]), np.array(pooled_y, dtype=float))
             # the map `toolrank index --calibrate` ships: one Platt map over both modes (retrieval.pipeline.probes)
-            shipped_map = fit_probes([{"searches": [{"best": r["best1"], "fits": bool(v)}]}
-                                      for r, v in zip(pooled_rows, pooled_y)], "benchmark", min_searches=1)
+            shipped_map = fit_probes([(r["best1"], bool(v)) for r, v in zip(pooled_rows, pooled_y)], "benchmark",
+                                     min_searches=1)
             _, cut = _most_proceeding(pa, ya, pt, yt, proceed, safe)
             two = _two_level(pa, ya, cut)
             qa, qt = np.array([r["best1"] for r in ra]), np.array([r["best1"] for r in rt])

@@ -110,8 +110,8 @@ def cmd_index(a: argparse.Namespace) -> int:
         raise ValueError("--write-examples and --no-examples contradict each other: give one")
     if (a.probes is not None or a.model is not None) and not a.calibrate:
         raise ValueError("--probes and --model go with --calibrate")
-    if a.probes is not None and a.probes < 1:
-        raise ValueError(f"--probes must be at least 1, got {a.probes}")
+    if a.probes is not None and a.probes < 10:
+        raise ValueError(f"--probes must be at least 10 (two searches each; 20 are needed to fit), got {a.probes}")
     if a.calibrate and a.dry_run:
         raise ValueError("--dry-run is for --write-examples; --calibrate has none (it writes 2-4 short replies per probe)")
     if a.mcp_config:
@@ -149,15 +149,23 @@ def _calibrate(a: argparse.Namespace, path: Path) -> int:
     """Probe the saved index at ``path`` and save its calibration with it; 1 when the endpoint failed or too few
     probes were measured (the index is usable either way)."""
     from .index.embedded import ToolIndex
+    from .pipeline.flow import load_pipeline
     from .pipeline.probes import DEFAULT_PROBES, probe_cache_beside, write_probes
 
     index = ToolIndex.load(path)
+    had = index.calibration is not None
     index.calibration = None   # probes read the shipped probabilities
-    pipe = _pipeline(index, a.model, False, 2)
+    if index.with_examples and any(t.examples for t in index.catalog.tools):
+        print("note: this index holds example requests; the probes' figures in docs/day-one.md were measured on "
+              "indexes without them (probes written like examples may find their tools more easily than real "
+              "requests do)", file=sys.stderr)
+    pipe = load_pipeline(index, a.model, public_suggestions=False)   # probes are first attempts: no no_fit
     outcome = write_probes(pipe, _llm_for_calibration(), probe_cache_beside(path),
                            n=a.probes or DEFAULT_PROBES, show_progress=True)
     print(outcome.format())
     if outcome.calibration is None:
+        if had:
+            print("the index keeps the calibration it had (measured on these tools with this model)")
         return 1
     index.calibration = outcome.calibration.to_dict()
     index.save(path)

@@ -159,11 +159,17 @@ def default_parts(settings: Settings) -> PipelineParts:
         return None
 
     def make_pipeline(index: Any) -> Any:
-        # Versions after the first share the first one's confidence model and token counter.
+        # Versions after the first: the first one's scorer, policy and token counter over the new index, with the
+        # models this index's kind reads (its confidence model, the one for tools without examples, the tail)
+        # and its own catalog calibration; before 0.15.0 they were handed the first one's confidence model,
+        # which left them without the tail's and the without-examples models.
         first = shared.get("pipeline")
-        extra = {} if first is None else {"confidence": first.confidence, "token_counter": first.tokens}
-        pipeline = Pipeline(index, scorer, public_index=public_index(), **extra)
-        shared.setdefault("pipeline", pipeline)
+        if first is None:
+            pipeline = Pipeline(index, scorer, public_index=public_index())
+            shared["pipeline"] = pipeline
+            return pipeline
+        pipeline = first.with_index(index)
+        pipeline.public_index = public_index()
         return pipeline
 
     parts = PipelineParts(load, seed, make_pipeline, scorer_status)

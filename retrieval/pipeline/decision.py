@@ -228,9 +228,9 @@ def message(decision: Decision, best: float, policy: Policy, mentioned: Sequence
     if not_connected and decision != "proceed":
         scope += f"; {not_connected}"
     if decision == "proceed":
-        return f"Best match {best:.2f} >= {policy.proceed_threshold}: proceed with these tools{scope}."
+        return f"Best match {best:.2f} >= {policy.proceed_threshold:.3g}: proceed with these tools{scope}."
     if decision == "search_again":
-        return (f"Best match {best:.2f} < {policy.proceed_threshold}: no tool clearly fits{scope}. "
+        return (f"Best match {best:.2f} < {policy.proceed_threshold:.3g}: no tool clearly fits{scope}. "
                 "Search again with a sharper need (the exact action and its object), passing this result as "
                 "`previous`; these tools are the best so far.")
     if decision == "choose":

@@ -54,7 +54,7 @@ def explanation(hit: Hit | None, tool: Tool, p: float, src: str, decision: str, 
     }
     if src == "ranked":
         out["reason"] = (f"ranked by calibrated probability; decision {decision} "
-                         f"(proceed at >= {policy.proceed_threshold}, list floor {policy.floor})")
+                         f"(proceed at >= {policy.proceed_threshold:.3g}, list floor {policy.floor:.3g})")
     else:
         out["reason"] = REASONS[src]
     if named and tool.server not in named:  # names are public or the tenant's own

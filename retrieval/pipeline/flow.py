@@ -168,10 +168,11 @@ class Pipeline:
         tail_file = Path(getattr(scorer, "path", None) or "") / TAIL_FILE if scorer is not None else None
         self.tail_calibration = TailCalibration.load(tail_file) \
             if self.tail_confidence is not None and tail_file is not None and tail_file.is_file() else None
-        # the catalog's own calibration written at index time (retrieval.pipeline.probes): it moves the
-        # probabilities and the zone thresholds together, so no decision changes
-        from .probes import CatalogCalibration
-        self.catalog_calibration = CatalogCalibration.of_index(index, self.model_key)
+        # the catalog's own calibration written at index time (retrieval.pipeline.probes), read from the index
+        # at each search (an index updated in place drops it): it moves the probabilities and the zone
+        # thresholds together, so no decision changes
+        self._calibration_override: Any = None
+        self._calibration_read: tuple[Any, Any] = (None, None)
         self.tokens = token_counter or TokenCounter()
         self._matchers_version = -1
         self._catalog_tokens: dict[tuple, int] = {}
@@ -267,8 +268,10 @@ class Pipeline:
         """Calibrated P(the tool itself does what was asked) for each hit of one ranked list
         (retrieved under ``eligible``, which bounds the server names that count)."""
         names = self._matchers(eligible or Eligibility())[2]
-        return self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True),
-                                   eligible=eligible)
+        p = self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True),
+                                eligible=eligible)
+        cal = self.catalog_calibration
+        return cal.apply(p) if cal is not None and len(p) else p
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
                        named: Sequence[str], mentioned: Sequence[str], catalog: Catalog | None = None,
@@ -365,10 +368,32 @@ class Pipeline:
         return self.scorer.score(request, need, tools)
 
     @property
+    def catalog_calibration(self) -> Any:
+        """The index's calibration written at index time (:class:`~retrieval.pipeline.probes.CatalogCalibration`)
+        when it was measured with this pipeline's scorer, else None; read again whenever the index's changes.
+        Assigning one overrides the index's (None: follow the index again)."""
+        if self._calibration_override is not None:
+            return self._calibration_override
+        data = getattr(self.index, "calibration", None)
+        source, cal = self._calibration_read
+        if data is not source:
+            from .probes import CatalogCalibration
+            cal = CatalogCalibration.of_index(self.index, self.model_key) if data is not None else None
+            self._calibration_read = (data, cal)
+        return cal
+
+    @catalog_calibration.setter
+    def catalog_calibration(self, value: Any) -> None:
+        self._calibration_override = value
+
+    @property
     def model_key(self) -> str:
-        """The scorer a catalog calibration was measured with (``name@version``; retrieval-only without one)."""
+        """What a catalog calibration was measured with: the scorer (``name@version``; retrieval-only without one)
+        and toolrank's release (its confidence models and tail)."""
+        from retrieval.version import package_version
+
         info = self.model_info
-        return f"{info['name']}@{info['version']}"
+        return f"{info['name']}@{info['version']}/toolrank-{package_version()}"
 
     @property
     def model_info(self) -> dict[str, Any]:
@@ -403,14 +428,16 @@ class Pipeline:
                 (:class:`~retrieval.index.learned.LearnedExamples`); they change this search only.
             recalibration: the tenant's recalibration learnt from its feedback
                 (:class:`~retrieval.pipeline.recalibration.UseRecalibration`), applied to every calibrated
-                probability before the decision (the order never changes).
+                probability before the decision (the order never changes). It reads the shipped scale and
+                supersedes the catalog's calibration (:attr:`catalog_calibration`) for this search.
         Raises:
             ValueError: empty request, k < 1, unknown format.
         """
         t0 = time.perf_counter()
         check_search(request, k, fmt)
         req = self._resolve(request, need, eligible, previous, k, fmt, policy, explain, learned)
-        cal = self.catalog_calibration
+        # the catalog's map, unless the tenant has its own from feedback (which reads the shipped scale)
+        cal = self.catalog_calibration if recalibration is None else None
         if cal is not None:   # the thresholds move with the probabilities: the same decisions
             req = dataclasses.replace(req, policy=cal.policy(req.policy))
         found = self._shortcuts(req)
@@ -418,11 +445,11 @@ class Pipeline:
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
-        if cal is not None and len(probs):
-            probs = cal.apply(probs)
-        raw = probs
+        raw = probs   # the shipped scale: a tenant's evidence stays comparable whatever map the catalog has
         if recalibration is not None and len(probs):
             probs = recalibration.apply(probs)
+        elif cal is not None and len(probs):
+            probs = cal.apply(probs)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)

@@ -5,22 +5,26 @@ read off by a catalog-dependent amount (held out, day one: under-confident by 0.
 distinct tools, about right where many tools look alike), and no map fitted on other catalogs transfers
 (docs/results.md). ``toolrank index ... --calibrate`` asks the LLM endpoint that writes example requests
 (``TOOLRANK_LLM_*``) for **probes**: one request for each of up to ``n`` tools drawn from the catalog (the
-writer sees the tool, as an index-time writer does), a one-line need written from the request alone (as an
-agent writes it, never seeing the tool), each searched with and without its need; where the first tool is
-not the probe's own, the endpoint judges whether it does what the request asked (the teacher's question).
+writer sees the tool, as an index-time writer does; a catalog of fewer than 10 tools is probed more than once
+per tool), a one-line need written from the request alone (as an agent writes it, never seeing the tool),
+each searched with and without its need; where the answer's first tool is not the probe's own, the endpoint
+judges whether it does what the request asked (the teacher's question). A first tool that came from a
+shortcut (named exactly, always available) carries a policy floor, not a probability, and is left out.
 The map ``q = sigmoid(a * logit(p) + b)`` is fitted on every probe search's best probability and whether its
 first tool fits, both modes together (one map per index: a later attempt may come with or without a need),
-with the tenant recalibration's pull towards the identity (``recalibration.fit_recalibration``), and saved
-with the index (``catalog_calibration`` in its manifest). Its form was chosen on the fit catalogs' probes
-(one Platt map over both modes: mean ECE 0.047 with the need and 0.062 without, against 0.065 / 0.066 for
+with the tenant recalibration's pull towards the identity (``recalibration.fit_recalibration``; slope kept in
+[0.5, 2]), and saved with the index (``catalog_calibration`` in its manifest). Only what the endpoint wrote is
+cached (``<index folder>.probes.jsonl``); the searches run again each time, on the index as it is. Its form was chosen on the fit catalogs' probes
+(one Platt map over both modes: mean ECE 0.048 with the need and 0.062 without, against 0.065 / 0.066 for
 one shift, 0.150 / 0.164 shipped; ``benchmarks/catalog_probes.py``).
 
 What it changes: the probabilities, and with them the zone thresholds (proceed, the no-fit floor, the
 floor for extra tools, the exact-name confidence), all through the same monotone map. So **every decision and
-every order stays as shipped** (the zones were chosen on real no-fit requests, which probes do not have:
+every order stays as shipped**; a tenant with its own recalibration from feedback keeps that instead (it reads
+the shipped scale) (the zones were chosen on real no-fit requests, which probes do not have:
 their twins read lower than real no-fit requests do), and what the numbers say is this catalog's: on the
-held-out catalogs, mean ECE of the best probability 0.136 -> 0.083 with the need and 0.130 -> 0.109 without
-(MCP-Zero organisations 0.170 -> 0.035, MCPToolBench++ 0.236 -> 0.057; worse where probes are easier than the
+held-out catalogs, mean ECE of the best probability 0.136 -> 0.084 with the need and 0.130 -> 0.109 without
+(MCP-Zero organisations 0.170 -> 0.046, MCPToolBench++ 0.236 -> 0.057; worse where probes are easier than the
 catalog's real requests: RestBench with the need, three kinds without; docs/results.md). A catalog whose tools
 change drops its calibration (re-index).
 """
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -38,7 +42,7 @@ import numpy as np
 from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.writing.llm import ChatClient, GenerationError
 from retrieval.writing.prompting import ContentError, clip, json_object, load_prompt, tool_list, tool_text
-from retrieval.writing.runner import JsonlOutput, ask, read_rows, row_key, run_jobs
+from retrieval.writing.runner import JsonlOutput, ask, read_rows, run_jobs
 
 from .recalibration import _logit, expit, fit_recalibration
 
@@ -116,10 +120,19 @@ class CatalogCalibration:
         return cal
 
 
-def plan_probes(catalog: Catalog, n: int = DEFAULT_PROBES, seed: int = 0) -> list[Tool]:
-    """Up to ``n`` tools of ``catalog``, drawn uniformly (the same draw for the same catalog and seed)."""
+def plan_probes(catalog: Catalog, n: int = DEFAULT_PROBES, seed: int = 0,
+                min_probes: int = MIN_PROBES // 2) -> list[tuple[Tool, int]]:
+    """``(tool, k)`` for up to ``n`` tools drawn uniformly from ``catalog`` (the same draw for the same catalog
+    and seed); a catalog of fewer than ``min_probes`` tools is probed more than once per tool (``k`` = 0, 1, ...)
+    until ``min_probes`` probes (two searches each) can be fitted on."""
     tools = sorted(catalog.tools, key=lambda t: (t.server, t.name))
-    return random.Random(seed).sample(tools, min(max(int(n), 0), len(tools)))
+    drawn = random.Random(seed).sample(tools, min(max(int(n), 0), len(tools)))
+    jobs = [(t, 0) for t in drawn]
+    k = 1
+    while drawn and len(jobs) < min_probes:
+        jobs += [(t, k) for t in drawn][: min_probes - len(jobs)]
+        k += 1
+    return jobs
 
 
 def probe_cache_beside(path: str | Path) -> Path:
@@ -158,19 +171,49 @@ class ProbeOutcome:
     calibration: CatalogCalibration | None
     written: int                   # probes written by the endpoint this run
     cached: int                    # probes read back from the cache
-    error: str | None = None       # why the endpoint stopped, when it did
-    rows: list[dict] = field(default_factory=list)
+    searches: int = 0              # probe searches with a known outcome (what the map is fitted on)
+    skipped: int = 0               # probes or judgments the endpoint's replies could not give (not asked again)
+    error: str | None = None       # why the run stopped early, when it did
+    needed: int = MIN_PROBES
 
     def format(self) -> str:
         text = f"calibration probes: {self.written} written, {self.cached} from the cache"
+        if self.skipped:
+            text += f", {self.skipped} without a usable reply (left out)"
         if self.error:
-            text += f"; the endpoint failed: {self.error}"
+            text += f"; stopped early: {self.error}"
         if self.calibration is None:
-            return text + "; no calibration saved (too few probe searches: rerun to write the rest)"
+            why = (f"{self.searches} probe searches with a known outcome, {self.needed} needed"
+                   + ("; rerun to write the rest" if self.error else ""))
+            return text + f"; no calibration saved ({why})"
         c = self.calibration
         return (text + f"; {c.searches} searches, first tool fits {c.fits / max(c.searches, 1):.0%} where they read "
                 f"{c.mean_best:.2f}: probabilities mapped by sigmoid({c.a:.2f} * logit(p) {c.b:+.2f}) "
                 "(decisions unchanged)")
+
+
+def _cache_key(row: dict) -> tuple:
+    """A cache row's key: a written probe ``("probe", server, tool, tool hash, k)`` or a judgment
+    ``("judgment", request, server, tool, tool hash)``; KeyError/TypeError/ValueError for anything else."""
+    kind = row["kind"]
+    if kind == "probe":
+        if "skipped" not in row and not (isinstance(row["request"], str) and isinstance(row["need"], str)):
+            raise TypeError("request")
+        return "probe", row["server"], row["tool"], row["hash"], int(row["k"])
+    if kind == "judgment":
+        if "skipped" not in row:
+            float(row["p_yes"])
+        return "judgment", row["request"], row["server"], row["tool"], row["hash"]
+    raise ValueError(kind)
+
+
+def _read_cache(path: str | Path) -> dict[tuple, dict]:
+    """The probe cache's rows by key (empty when there is none).
+
+    Raises:
+        ValueError: a line that is not a probe or judgment row (names the file and line).
+    """
+    return read_rows(path, _cache_key, what="a probe or judgment row of `toolrank index --calibrate`")
 
 
 def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | Path, *, n: int = DEFAULT_PROBES,
@@ -178,89 +221,121 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
                  temperature: float = 0.7, min_searches: int = MIN_PROBES) -> ProbeOutcome:
     """Write, search and judge probes for ``pipeline``'s catalog, and fit its calibration.
 
-    Each finished probe is appended to ``cache`` at once (``{"server", "tool", "hash", "model", "request",
-    "need", "searches"}``), so an interrupted run resumes and an unchanged catalog is not written again.
-    Never raises for the endpoint: a failure is said in the outcome, and the probes finished so far count.
+    The cache (``cache``, appended as each reply comes) holds only what the endpoint wrote: each probe's request
+    and need (keyed by the tool's content, so a changed tool is written again) and each judgment (keyed by the
+    request and the judged tool's content). The searches are run again every time (they read the whole index,
+    which may have changed), so only the endpoint's work is saved. A reply that does not give what was asked is
+    recorded as skipped (not asked again, left out of the fit); the endpoint failing stops the run, and what
+    finished is used.
     """
     from retrieval.index.examples import bare_hash
+    from tqdm import tqdm
 
     if pipeline.catalog_calibration is not None:
         raise ValueError("the pipeline already applies a catalog calibration: probe the index without it "
                          "(clear index.calibration before building the pipeline)")
     catalog = pipeline.index.catalog
-    model = pipeline.model_key
-    tools = plan_probes(catalog, n, seed)
-    out = JsonlOutput(cache, row_key("server", "tool", "hash", "model", needs=("searches",)))
-    have = _read_cache(cache)
-    todo = [t for t in tools if (t.server, t.name, bare_hash(t), model) not in have]
+    jobs = plan_probes(catalog, n, seed, max(int(min_searches) + 1, 2) // 2)
+    have = _read_cache(cache)   # a broken cache line is named before anything is asked
+    out = JsonlOutput(cache, _cache_key)
 
-    def work(job: tuple[int, Tool]) -> list[dict]:
-        i, tool = job
+    def probe_key(job: tuple[int, Tool, int]) -> tuple:
+        _, tool, k = job
+        return "probe", tool.server, tool.name, bare_hash(tool), k
+
+    todo = [(i, t, k) for i, (t, k) in enumerate(jobs) if probe_key((i, t, k)) not in have]
+
+    def write(job: tuple[int, Tool, int]) -> list[dict]:
+        i, tool, k = job
+        row = {"kind": "probe", "server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "k": k}
         siblings = [s for s in catalog.server_tools(tool.server) if s.id != tool.id][:20]
-        request = ask(client, _messages("probes", tool=tool_text(tool), siblings=tool_list(siblings),
-                                        style=STYLES[i % len(STYLES)]), _field("request"),
-                      temperature=temperature, attempts=attempts)
-        need = ask(client, _messages("needs", request=request, voice=VOICES[i % len(VOICES)]), _field("need"),
-                   temperature=temperature, attempts=attempts)
-        searches = []
-        for with_need in (need, None):
-            result = pipeline.search(request, with_need)
-            ranked = [t for t in result.tools if t.source == "ranked"]
-            if not ranked:
-                continue
-            first = ranked[0]
-            fits = first.tool_id == tool.id
-            if not fits:
-                judged = catalog.get(first.tool_id)
-                p_yes = ask(client, _messages("probe_judge", request=request, tool=tool_text(judged)), _probability,
-                            temperature=0.0, attempts=attempts)
-                fits = p_yes >= FITS_AT
-            searches.append({"need": with_need is not None, "best": float(first.probability),
-                             "first": [first.tool_id.server, first.tool_id.tool], "fits": bool(fits)})
-        return [{"server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "model": model,
-                 "request": request, "need": need, "searches": searches}]
-
-    error, written = None, 0
-    if todo and client is not None:
         try:
-            stats = run_jobs([(tools.index(t), t) for t in todo], work, out, total=len(todo), skipped=0,
-                             concurrency=concurrency, show_progress=show_progress, desc="calibration probes")
-            written = stats.done
-        except GenerationError as exc:
-            error = str(exc)
-        except Exception as exc:   # noqa: BLE001 - a broken connection or an odd reply: the index stays usable
-            error = f"{type(exc).__name__}: {exc}"
-    elif todo:
-        error = "no LLM endpoint configured"
+            request = ask(client, _messages("probes", tool=tool_text(tool), siblings=tool_list(siblings),
+                                            style=STYLES[i % len(STYLES)]), _field("request"),
+                          temperature=temperature, attempts=attempts)
+            need = ask(client, _messages("needs", request=request, voice=VOICES[(i // len(STYLES)) % len(VOICES)]),
+                       _field("need"), temperature=temperature, attempts=attempts)
+        except ContentError as exc:   # this tool's replies are unusable: recorded, not asked again
+            return [{**row, "skipped": str(exc)[:300]}]
+        return [{**row, "request": request, "need": need}]
+
+    error = _run(todo, write, out, client, concurrency, show_progress, "calibration probes")
     have = _read_cache(cache)
-    rows = [have[k] for k in ((t.server, t.name, bare_hash(t), model) for t in tools) if k in have]
-    if error is not None:
-        written = max(len(rows) - (len(tools) - len(todo)), 0)
-    return ProbeOutcome(fit_probes(rows, model, min_searches), written, len(tools) - len(todo), error, rows)
+    probes = [(tool, have[probe_key((0, tool, k))]) for tool, k in jobs if probe_key((0, tool, k)) in have]
+    written = sum(1 for job in todo if probe_key(job) in have)
+    skipped = sum(1 for _, row in probes if "skipped" in row)
+
+    # the searches, on the index as it is now: the first tool of the answer and its probability
+    found: list[tuple[Tool, str, float, ToolId]] = []
+    searched = [(t, r) for t, r in probes if "skipped" not in r]
+    for tool, row in tqdm(searched, desc="probe searches", unit="probe", disable=not show_progress):
+        for with_need in (row["need"], None):
+            result = pipeline.search(row["request"], with_need)
+            if not result.tools or result.tools[0].source in ("exact_name", "always_available"):
+                continue   # a shortcut's probability is a policy floor, not a calibrated number
+            first = result.tools[0]
+            found.append((tool, row["request"], float(first.probability), first.tool_id))
+
+    def judgment_key(request: str, tid: ToolId) -> tuple:
+        judged = catalog.get(tid)
+        return "judgment", request, tid.server, tid.tool, judged.content_hash() if judged is not None else ""
+
+    asks = {judgment_key(r, tid): (r, tid) for tool, r, _, tid in found if tid != tool.id}
+    judge_todo = [v for key, v in asks.items() if key not in have and catalog.get(v[1]) is not None]
+
+    def judge(job: tuple[str, ToolId]) -> list[dict]:
+        request, tid = job
+        tool = catalog.get(tid)
+        row = {"kind": "judgment", "request": request, "server": tid.server, "tool": tid.tool,
+               "hash": tool.content_hash()}
+        try:   # a little temperature: a retried reply is not the same reply again
+            return [{**row, "p_yes": ask(client, _messages("probe_judge", request=request, tool=tool_text(tool)),
+                                         _probability, temperature=0.2, attempts=attempts)}]
+        except ContentError as exc:
+            return [{**row, "skipped": str(exc)[:300]}]
+
+    if error is None:
+        error = _run(judge_todo, judge, out, client, concurrency, show_progress, "probe judgments")
+    have = _read_cache(cache)
+    searches = []
+    for tool, request, best, tid in found:
+        if tid == tool.id:
+            searches.append((best, True))
+            continue
+        verdict = have.get(judgment_key(request, tid))
+        if verdict is None or "skipped" in verdict:
+            skipped += verdict is not None
+            continue   # no known outcome: left out of the fit
+        searches.append((best, float(verdict["p_yes"]) >= FITS_AT))
+    return ProbeOutcome(fit_probes(searches, pipeline.model_key, min_searches), written, len(jobs) - len(todo),
+                        len(searches), skipped, error, max(int(min_searches), 1))
 
 
-def fit_probes(rows: Sequence[dict], model: str, min_searches: int = MIN_PROBES) -> CatalogCalibration | None:
-    """The calibration of the probe searches in ``rows``; None under ``min_searches`` searches."""
-    searches = [s for r in rows for s in r.get("searches", ())]
+def _run(jobs: list, work, out: JsonlOutput, client: ChatClient | None, concurrency: int, show_progress: bool,
+         desc: str) -> str | None:
+    """Run ``work`` over ``jobs`` through the endpoint; why it stopped early, or None."""
+    if not jobs:
+        return None
+    if client is None:
+        return "no LLM endpoint configured"
+    try:
+        run_jobs(jobs, work, out, total=len(jobs), skipped=0, concurrency=concurrency, show_progress=show_progress,
+                 desc=desc)
+    except GenerationError as exc:   # the endpoint failed (its replies' content is handled per probe)
+        return str(exc)
+    except OSError as exc:           # a broken connection or a cache that cannot be written
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def fit_probes(searches: Sequence[tuple[float, bool]], model: str,
+               min_searches: int = MIN_PROBES) -> CatalogCalibration | None:
+    """The calibration of probe searches (``(best probability, whether its first tool fits)``); None under
+    ``min_searches`` of them. The slope is kept in [0.5, 2] and the intercept in [-5, 5]: a handful of
+    probes that all read alike must not squash every number to one."""
     if len(searches) < max(int(min_searches), 1):
         return None
-    p = np.array([s["best"] for s in searches], dtype=np.float64)
-    y = np.array([bool(s["fits"]) for s in searches], dtype=np.float64)
-    a, b = fit_recalibration(p, y, PULL)
+    p = np.array([b for b, _ in searches], dtype=np.float64)
+    y = np.array([bool(f) for _, f in searches], dtype=np.float64)
+    a, b = fit_recalibration(p, y, PULL, bounds=((0.5, 2.0), (-5.0, 5.0)))
     return CatalogCalibration(a, b, len(searches), int(y.sum()), float(p.mean()), model)
-
-
-def _read_cache(path: str | Path) -> dict[tuple[str, str, str, str], dict]:
-    """``(server, tool, hash, model) -> row`` of a probe cache (empty when there is none).
-
-    Raises:
-        ValueError: a line that is not a probe row (names the file and line).
-    """
-    def key(row: dict) -> tuple[str, str, str, str]:
-        if not isinstance(row["searches"], list):
-            raise TypeError("searches")
-        for s in row["searches"]:
-            float(s["best"]), bool(s["fits"])
-        return row["server"], row["tool"], row["hash"], row["model"]
-
-    return read_rows(path, key, what="a probe row ({server, tool, hash, model, request, need, searches})")

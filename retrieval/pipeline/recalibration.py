@@ -61,9 +61,11 @@ class UseRecalibration:
         return expit((np.log(q) - np.log1p(-q) - self.b) / self.a)
 
 
-def fit_recalibration(p: np.ndarray, y: np.ndarray, pull: float = DEFAULT_PULL) -> tuple[float, float]:
+def fit_recalibration(p: np.ndarray, y: np.ndarray, pull: float = DEFAULT_PULL, *,
+                      bounds: tuple[tuple[float, float], tuple[float, float]] = ((0.05, 20.0), (-20.0, 20.0))
+                      ) -> tuple[float, float]:
     """``(a, b)`` minimising the log loss of ``sigmoid(a * logit(p) + b)`` plus ``pull * ((a-1)^2 + b^2)``;
-    ``a`` is kept in [0.05, 20] (positive: the order stays)."""
+    ``a`` and ``b`` kept within ``bounds`` (``a`` positive: the order stays)."""
     from scipy.optimize import minimize
 
     x, y = _logit(p), np.asarray(y, dtype=np.float64)
@@ -74,7 +76,7 @@ def fit_recalibration(p: np.ndarray, y: np.ndarray, pull: float = DEFAULT_PULL) 
         value = np.sum(np.logaddexp(0, z) - y * z) + pull * ((w[0] - 1) ** 2 + w[1] ** 2)
         return float(value), np.array([np.sum(g * x) + 2 * pull * (w[0] - 1), np.sum(g) + 2 * pull * w[1]])
 
-    w = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=[(0.05, 20.0), (-20.0, 20.0)]).x
+    w = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=list(bounds)).x
     return float(w[0]), float(w[1])
 
 

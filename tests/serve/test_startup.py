@@ -37,3 +37,19 @@ def test_the_public_index_is_built_in_the_background(monkeypatch, tmp_path):
     gate.set()
     assert ready.wait(10), "on_public_ready was never called"
     assert parts.make_pipeline(index).public_index is public
+
+
+def test_every_index_version_reads_the_models_of_the_first(monkeypatch, tmp_path):
+    """A version after the first (a PUT, a refresh) keeps the tail's and the without-examples models."""
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[2] / "models" / "toolrank-reranker"
+    monkeypatch.setattr(loading, "load_scorer", lambda settings: (FakeScorer(path=model), {"loaded": True}))
+    parts = loading.default_parts(Settings(auth_disabled=True, catalog=tmp_path / "unused.json",
+                                           public_suggestions=False))
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    first = parts.make_pipeline(index)
+    later = parts.make_pipeline(ToolIndex.build(tiny_catalog(), encoder=HashEncoder()))
+    assert first.tail_calibration is not None and later.tail_calibration is not None
+    assert later.confidence == first.confidence and later.tokens is first.tokens
+    assert (later.confidence_noex is None) == (first.confidence_noex is None)

@@ -73,14 +73,19 @@ def test_the_fit_raises_an_under_confident_catalog_and_leaves_a_calibrated_one()
     z = rng.normal(0.5, 1.5, 1000)
     y = rng.random(1000) < 1 / (1 + np.exp(-z))
 
-    def rows(p):
-        return [{"searches": [{"best": float(b), "fits": bool(t)}]} for b, t in zip(p, y)]
+    def searches(p):
+        return list(zip(p.tolist(), y.tolist()))
 
-    under = fit_probes(rows(1 / (1 + np.exp(-(z - 1.0)))), "m")     # reads one logit under the truth
+    under = fit_probes(searches(1 / (1 + np.exp(-(z - 1.0)))), "m")   # reads one logit under the truth
     assert under.b == pytest.approx(1.0, abs=0.2) and under.a == pytest.approx(1.0, abs=0.15)
-    fine = fit_probes(rows(1 / (1 + np.exp(-z))), "m")
+    fine = fit_probes(searches(1 / (1 + np.exp(-z))), "m")
     assert abs(fine.b) < 0.15 and abs(fine.a - 1) < 0.15
     assert fine.searches == 1000 and fine.fits == int(y.sum()) and fine.model == "m"
+    alike = fit_probes([(0.3, True)] * 200, "m")     # every probe fits at one value: bounded, the order kept
+    assert 0.5 <= alike.a <= 2 and abs(alike.b) <= 5
+    q = alike.apply([0.01, 0.05, 0.3, 0.9, 0.99])
+    assert np.all(np.diff(q) > 0) and q[-1] < 1.0
+    assert fit_probes([(0.5, True)] * 19, "m") is None
 
 
 @pytest.mark.parametrize("attempt_two", [False, True])
@@ -94,7 +99,9 @@ def test_every_decision_and_order_stays_as_shipped(attempt_two):
     for request, need in [("weather forecast for paris", None), ("send an email to bob", "send an email"),
                           ("weather alerts", "severe weather alerts"), ("post a message", None),
                           ("read the file notes.txt", None), ("get_forecast for Rome", None)]:
-        for policy in (None, Policy(proceed_threshold=0.7, no_fit_below=0.15)):
+        for policy in (None, Policy(proceed_threshold=0.7, no_fit_below=0.15),
+                       Policy(proceed_threshold=0.9, no_fit_below=0.35, floor=0.25, min_results=1),
+                       Policy(proceed_threshold=0.95, no_fit_below=0.85, floor=0.5, min_results=1)):
             a, b = plain.search(request, need, policy=policy), shifted.search(request, need, policy=policy)
             if attempt_two:
                 a = plain.search(request, need, previous=a, policy=policy)
@@ -132,30 +139,108 @@ def test_the_index_keeps_its_calibration_until_its_tools_change(tmp_path):
     assert again.remove_server("Files") == 2 and again.calibration is None
 
 
+def _rows(cache):
+    return [json.loads(line) for line in cache.read_text().splitlines()]
+
+
 def test_probes_are_written_searched_judged_and_fitted_once(llm, tmp_path):
     pipe = pipeline(probs={t: 0.5 for _, t, _ in TOOLS})
     cache = tmp_path / "probes.jsonl"
     with client_of(llm) as client:
         out = write_probes(pipe, client, cache, n=10, concurrency=2, min_searches=10)
-    assert out.error is None and (out.written, out.cached) == (10, 0)
-    rows = [json.loads(line) for line in cache.read_text().splitlines()]
-    assert len(rows) == 10 and {(r["server"], r["tool"]) for r in rows} == {(t.server, t.name) for t in
-                                                                            plan_probes(catalog(), 10)}
-    assert all(len(r["searches"]) == 2 and r["model"] == pipe.model_key for r in rows)
-    assert all(r["need"] and "please" not in r["need"] for r in rows)            # the need came from the request
-    judged = [s for r in rows for s in r["searches"] if s["first"] != [r["server"], r["tool"]]]
-    assert len(llm.judged) == len(judged)                                          # only other first tools
+    assert out.error is None and (out.written, out.cached, out.skipped) == (10, 0, 0)
+    probes = [r for r in _rows(cache) if r["kind"] == "probe"]
+    assert len(probes) == 10 and {(r["server"], r["tool"]) for r in probes} == {(t.server, t.name) for t, _ in
+                                                                                plan_probes(catalog(), 10)}
+    assert all(r["need"] and "please" not in r["need"] for r in probes)          # the need came from the request
+    judged = [r for r in _rows(cache) if r["kind"] == "judgment"]
+    assert len(llm.judged) == len(judged) and all(r["tool"] != "" for r in judged)   # only other first tools
     cal = out.calibration
-    assert cal is not None and cal.searches == 20 and cal.model == pipe.model_key
-    assert cal.fits == sum(s["fits"] for r in rows for s in r["searches"])
+    assert cal is not None and cal.searches == out.searches == 20 and cal.model == pipe.model_key
     assert cal.apply(0.5) > 0.5   # the fake scorer reads 0.5 where its first tools mostly fit
     assert "decisions unchanged" in out.format()
 
     arrivals = llm.arrivals
-    with client_of(llm) as client:                  # the same catalog: nothing is asked again
+    with client_of(llm) as client:                  # the same catalog: nothing is asked again, searched again
         again = write_probes(pipe, client, cache, n=10, min_searches=10)
     assert llm.arrivals == arrivals and (again.written, again.cached) == (0, 10)
     assert again.calibration == cal
+
+
+def test_a_changed_catalog_is_searched_again_and_only_new_first_tools_judged(llm, tmp_path):
+    cache = tmp_path / "probes.jsonl"
+    with client_of(llm) as client:
+        first = write_probes(pipeline(probs={t: 0.5 for _, t, _ in TOOLS}), client, cache, n=12, min_searches=10)
+    # a new look-alike of every tool's own words now comes first: the old answers must not be reused
+    extra = [Tool("Copy", f"{n}_copy", d) for s, n, d in TOOLS]
+    index = ToolIndex(Catalog([Tool(s, n, d) for s, n, d in TOOLS] + extra), HashEncoder(), with_examples=False)
+    probs = {t: 0.5 for _, t, _ in TOOLS} | {f"{t}_copy": 0.9 for _, t, _ in TOOLS}
+    judged_before = len(llm.judged)
+    with client_of(llm) as client:
+        second = write_probes(pipeline(index, probs), client, cache, n=12, min_searches=10)
+    assert second.cached == 12 - second.written
+    assert len(llm.judged) > judged_before                         # the copies, now first, were judged
+    assert any(tid.endswith("_copy") for _, tid in llm.judged[judged_before:])
+    assert second.calibration != first.calibration
+
+
+def test_a_probe_that_names_its_server_or_tool_is_read_as_the_answer_reads(llm, tmp_path):
+    """A request naming the server keeps the answer's first tool (a server mention); one naming the tool
+    exactly is left out (its probability is the exact-name floor, not a calibrated number)."""
+    from retrieval.pipeline.probes import write_probes as wp
+
+    class Naming:
+        def __init__(self, client):
+            self.client, self.calls = client, 0
+
+        def chat(self, messages, temperature=0.0):
+            reply = self.client.chat(messages, temperature=temperature)
+            if messages[0]["content"].startswith("# Writing a probe request"):
+                tool = messages[-1]["content"].split("Tool: ", 1)[1].split("\n", 1)[0]
+                self.calls += 1
+                text = f"use {tool} now" if tool.startswith("list") else f"in Slack, please {tool.replace('_', ' ')}"
+                return type(reply)(json.dumps({"request": text}))
+            return reply
+
+    pipe = pipeline(probs={t: 0.5 for _, t, _ in TOOLS})
+    with client_of(llm) as client:
+        out = wp(pipe, Naming(client), tmp_path / "p.jsonl", n=12, min_searches=1)
+    named_exactly = sum(1 for _, t, _ in TOOLS if t.startswith("list"))
+    assert out.searches <= 2 * (12 - named_exactly)               # exact names left out, never the next tool
+    mention = pipe.search("in Slack, please post message")
+    assert mention.tools[0].source in ("ranked", "server_mention")
+
+
+def test_one_unusable_reply_is_recorded_and_the_others_go_on(llm, tmp_path):
+    class Refusing:
+        def __init__(self, client):
+            self.client = client
+
+        def chat(self, messages, temperature=0.0):
+            if "Tool: delete_file" in messages[-1]["content"]:
+                return type(self.client.chat(messages, temperature=temperature))("I cannot help with that.")
+            return self.client.chat(messages, temperature=temperature)
+
+    pipe = pipeline(probs={t: 0.5 for _, t, _ in TOOLS})
+    cache = tmp_path / "p.jsonl"
+    with client_of(llm) as client:
+        out = write_probes(pipe, Refusing(client), cache, n=12, concurrency=1, attempts=1, min_searches=10)
+    assert out.error is None and out.skipped >= 1 and out.written == 12
+    assert [r for r in _rows(cache) if r.get("skipped")][0]["tool"] == "delete_file"
+    arrivals = llm.arrivals
+    with client_of(llm) as client:
+        again = write_probes(pipe, Refusing(client), cache, n=12, attempts=1, min_searches=10)
+    assert llm.arrivals == arrivals and again.cached == 12         # the refusal is not asked again
+
+
+def test_a_small_catalog_is_probed_more_than_once_per_tool(llm, tmp_path):
+    small = Catalog([Tool(s, n, d) for s, n, d in TOOLS[:4]])
+    jobs = plan_probes(small, 100)
+    assert len(jobs) == 10 and {k for _, k in jobs} == {0, 1, 2}    # 4 tools, probed until 10 probes
+    index = ToolIndex(small, HashEncoder(), with_examples=False)
+    with client_of(llm) as client:
+        out = write_probes(pipeline(index, {t: 0.5 for _, t, _ in TOOLS}), client, tmp_path / "p.jsonl")
+    assert out.calibration is not None and out.searches == 20
 
 
 def test_a_failing_endpoint_or_too_few_probes_saves_no_calibration(llm, tmp_path):
@@ -164,14 +249,38 @@ def test_a_failing_endpoint_or_too_few_probes_saves_no_calibration(llm, tmp_path
     with client_of(llm) as client:
         out = write_probes(pipe, client, tmp_path / "p.jsonl", n=10, concurrency=1)
     assert out.calibration is None and "401" in out.error and "no calibration saved" in out.format()
+    assert "0 probe searches with a known outcome, 20 needed; rerun" in out.format()
     llm.status = None
-    with client_of(llm) as client:
-        few = write_probes(pipe, client, tmp_path / "p.jsonl", n=3)   # 6 searches, under the minimum
-    assert few.error is None and few.calibration is None
-    assert fit_probes([{"searches": [{"best": 0.5, "fits": True}] * 25}], "m").searches == 25
-    (tmp_path / "bad.jsonl").write_text('{"server": "x"}\n')
+    (tmp_path / "bad.jsonl").write_text('{"kind": "probe", "server": "x"}\n')
     with pytest.raises(ValueError, match="bad.jsonl, line 1"):
-        write_probes(pipe, None, tmp_path / "bad.jsonl", n=3)
+        write_probes(pipe, None, tmp_path / "bad.jsonl", n=10)
+
+
+def test_a_tenant_recalibration_supersedes_the_catalog_map():
+    from retrieval.pipeline.recalibration import UseRecalibration
+
+    probs = {"get_forecast": 0.8}
+    index = ToolIndex(catalog(), HashEncoder(), with_examples=False)
+    index.calibration = CatalogCalibration(1.0, 2.0, 40, 35, 0.6, pipeline().model_key).to_dict()
+    pipe, plain = pipeline(index, probs), pipeline(probs=probs)
+    tenant = UseRecalibration(1.0, 0.5)
+    a = pipe.search("weather forecast for paris", recalibration=tenant)
+    b = plain.search("weather forecast for paris", recalibration=tenant)
+    assert (a.decision, a.best_probability, a.raw_best) == (b.decision, b.best_probability, b.raw_best)
+    assert a.raw_best == pytest.approx(0.8)                        # the shipped scale: a tenant's evidence
+    assert pipe.search("weather forecast for paris").best_probability > 0.9   # without it, the catalog's map
+
+
+def test_an_index_changed_in_place_stops_mapping_at_once():
+    probs = {"get_forecast": 0.8}
+    index = ToolIndex(catalog(), HashEncoder(), with_examples=False)
+    pipe = pipeline(index, probs)
+    index.calibration = CatalogCalibration(1.0, 2.0, 40, 35, 0.6, pipe.model_key).to_dict()
+    mapped = pipe.search("weather forecast for paris")
+    assert mapped.best_probability > 0.9 and "< 0.973:" in mapped.message     # the moved threshold, rounded
+    index.upsert_server("Weather", "", [Tool("Weather", "get_forecast", "Weather forecast for a city (v2)")])
+    assert index.calibration is None and pipe.catalog_calibration is None
+    assert pipe.search("weather forecast for paris").best_probability == pytest.approx(0.8)
 
 
 def test_probes_never_read_an_already_calibrated_pipeline(tmp_path):
