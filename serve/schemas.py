@@ -335,4 +335,9 @@ class Readiness(BaseModel):
     status: str = Field(description="loading, ready or failed.", examples=["ready"])
     index_version: int | None = Field(None, description="Index version served (shown to admin keys only).")
     scorer: dict[str, Any] = Field(default_factory=dict, description="Whether a scorer model is loaded, and which.")
+    catalog_calibration: dict[str, Any] | None = Field(
+        None, description="The catalog calibration the served index carries (`toolrank index --calibrate`): the map "
+                          "`sigmoid(a * logit(p) + b)` its probabilities and zone thresholds go through (decisions "
+                          "unchanged; a tenant's own recalibration supersedes it), and what it was measured on. "
+                          "None without one. Shown to admin keys only.")
     detail: str = Field("", description="What is missing, in words.")

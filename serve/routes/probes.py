@@ -39,9 +39,11 @@ async def readyz(request: Request, state: AppState) -> JSONResponse:
     if admin:  # fallbacks and background work name store versions
         parts += list(state.notes.values())
     detail = "; ".join(parts)
+    cal = getattr(state.engine.snapshot.pipeline, "catalog_calibration", None) if ready and admin else None
     body = Readiness(ready=ready, status=state.status,
                      index_version=state.engine.snapshot.version if ready and admin else None,
-                     scorer=state.scorer, detail=detail)
+                     scorer=state.scorer, catalog_calibration=cal.to_dict() if cal is not None else None,
+                     detail=detail)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 

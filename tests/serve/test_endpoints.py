@@ -156,6 +156,20 @@ def test_health_and_readiness(make_client):
     assert ready["ready"] is True and ready["status"] == "ready" and ready["index_version"] == 1
 
 
+def test_readiness_shows_admins_the_catalog_calibration(make_client, monkeypatch):
+    from retrieval.pipeline.probes import CatalogCalibration
+
+    assert make_client().get("/readyz", headers=auth("ops")).json()["catalog_calibration"] is None
+    # every served version's pipeline carries it (the fake's with_index builds a new one)
+    monkeypatch.setattr(FakePipeline, "catalog_calibration",
+                        CatalogCalibration(1.1, 0.8, 200, 170, 0.7, "m@1/toolrank-x"), raising=False)
+    c = make_client(FakePipeline(FakeIndex(demo_catalog())))
+    shown = c.get("/readyz", headers=auth("ops")).json()["catalog_calibration"]
+    assert shown == {"kind": "probe_platt", "a": 1.1, "b": 0.8, "searches": 200, "fits": 170, "mean_best": 0.7,
+                     "model": "m@1/toolrank-x"}
+    assert c.get("/readyz", headers=auth("acme")).json()["catalog_calibration"] is None   # a tenant's key
+
+
 def test_not_ready_until_loaded(make_client):
     import threading
 
