@@ -143,7 +143,7 @@ class Pipeline:
         unknown = self.always_available.unknown_tools(index.catalog)
         if unknown:
             log.warning("always-available tools not in the catalog are ignored: %s", unknown)
-        self.public_index = public_index
+        self._public_index = public_index
         self._confidence_given = confidence is not None
         # the models of an index with example requests, unless it fuses with the day-one weights (a catalog
         # mostly without examples, however it was built): the day-one models were fitted on lists fused so
@@ -208,6 +208,18 @@ class Pipeline:
             return ConfidenceModel.load(p) if p.exists() else None
         p = default_confidence_path(False)
         return ConfidenceModel.load(p) if p.exists() else None
+
+    @property
+    def public_index(self) -> ToolIndex | None:
+        """The never-updated public catalog's index: the registry's server names and the no_fit suggestions."""
+        return self._public_index
+
+    @public_index.setter
+    def public_index(self, value: ToolIndex | None) -> None:
+        """Set once it is built (in the background at a cold start): the name matchers are rebuilt with it."""
+        with self._lock:
+            self._public_index = value
+            self._matchers_version = -1
 
     def _refresh_matchers(self) -> None:
         """Name matchers follow catalog updates (cheap to rebuild)."""

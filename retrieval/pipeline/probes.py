@@ -121,16 +121,19 @@ class CatalogCalibration:
 
 
 def plan_probes(catalog: Catalog, n: int = DEFAULT_PROBES, seed: int = 0,
-                min_probes: int = MIN_PROBES // 2) -> list[tuple[Tool, int]]:
-    """``(tool, k)`` for up to ``n`` tools drawn uniformly from ``catalog`` (the same draw for the same catalog
-    and seed); a catalog of fewer than ``min_probes`` tools is probed more than once per tool (``k`` = 0, 1, ...)
-    until ``min_probes`` probes (two searches each) can be fitted on."""
+                min_probes: int = (MIN_PROBES * 13 + 19) // 20) -> list[tuple[Tool, int]]:
+    """``(tool, k)`` for ``max(n, min_probes)`` tools drawn uniformly from ``catalog`` (the same draw for the same
+    catalog and seed); a catalog of fewer than ``min_probes`` tools is probed more than once per tool (``k`` = 0,
+    1, ...) until ``min_probes`` probes.
+    ``min_probes`` leaves a margin over the searches a fit needs (two per probe): a few probes left out (an
+    unusable reply, a shortcut's first tool) do not stop a small catalog from being calibrated."""
     tools = sorted(catalog.tools, key=lambda t: (t.server, t.name))
-    drawn = random.Random(seed).sample(tools, min(max(int(n), 0), len(tools)))
+    least = max(int(min_probes), 0)
+    drawn = random.Random(seed).sample(tools, min(max(int(n), least), len(tools)))
     jobs = [(t, 0) for t in drawn]
     k = 1
-    while drawn and len(jobs) < min_probes:
-        jobs += [(t, k) for t in drawn][: min_probes - len(jobs)]
+    while drawn and len(jobs) < least:
+        jobs += [(t, k) for t in drawn][: least - len(jobs)]
         k += 1
     return jobs
 
@@ -175,6 +178,7 @@ class ProbeOutcome:
     skipped: int = 0               # probes or judgments the endpoint's replies could not give (not asked again)
     error: str | None = None       # why the run stopped early, when it did
     needed: int = MIN_PROBES
+    waiting: int = 0               # searches whose first tool still awaits a judgment (the run stopped)
 
     def format(self) -> str:
         text = f"calibration probes: {self.written} written, {self.cached} from the cache"
@@ -183,8 +187,11 @@ class ProbeOutcome:
         if self.error:
             text += f"; stopped early: {self.error}"
         if self.calibration is None:
-            why = (f"{self.searches} probe searches with a known outcome, {self.needed} needed"
-                   + ("; rerun to write the rest" if self.error else ""))
+            if self.waiting:
+                why = f"{self.waiting} probe searches still await a judgment; rerun to judge them"
+            else:
+                why = (f"{self.searches} probe searches with a known outcome, {self.needed} needed"
+                       + ("; rerun to write the rest" if self.error else ""))
             return text + f"; no calibration saved ({why})"
         c = self.calibration
         return (text + f"; {c.searches} searches, first tool fits {c.fits / max(c.searches, 1):.0%} where they read "
@@ -235,9 +242,13 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         raise ValueError("the pipeline already applies a catalog calibration: probe the index without it "
                          "(clear index.calibration before building the pipeline)")
     catalog = pipeline.index.catalog
-    jobs = plan_probes(catalog, n, seed, max(int(min_searches) + 1, 2) // 2)
-    have = _read_cache(cache)   # a broken cache line is named before anything is asked
-    out = JsonlOutput(cache, _cache_key)
+    jobs = plan_probes(catalog, n, seed, (max(int(min_searches), 1) * 13 + 19) // 20)
+    try:   # repairs a line an interrupted run left half-written
+        out = JsonlOutput(cache, _cache_key)
+    except GenerationError:
+        _read_cache(cache)   # names the broken line (a ValueError)
+        raise
+    have = _read_cache(cache)
 
     def probe_key(job: tuple[int, Tool, int]) -> tuple:
         _, tool, k = job
@@ -251,7 +262,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         siblings = [s for s in catalog.server_tools(tool.server) if s.id != tool.id][:20]
         try:
             request = ask(client, _messages("probes", tool=tool_text(tool), siblings=tool_list(siblings),
-                                            style=STYLES[i % len(STYLES)]), _field("request"),
+                                            style=STYLES[(i + k) % len(STYLES)]), _field("request"),
                           temperature=temperature, attempts=attempts)
             need = ask(client, _messages("needs", request=request, voice=VOICES[(i // len(STYLES)) % len(VOICES)]),
                        _field("need"), temperature=temperature, attempts=attempts)
@@ -276,9 +287,9 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
             first = result.tools[0]
             found.append((tool, row["request"], float(first.probability), first.tool_id))
 
-    def judgment_key(request: str, tid: ToolId) -> tuple:
+    def judgment_key(request: str, tid: ToolId) -> tuple:   # the judge reads the card, not the examples
         judged = catalog.get(tid)
-        return "judgment", request, tid.server, tid.tool, judged.content_hash() if judged is not None else ""
+        return "judgment", request, tid.server, tid.tool, bare_hash(judged) if judged is not None else ""
 
     asks = {judgment_key(r, tid): (r, tid) for tool, r, _, tid in found if tid != tool.id}
     judge_todo = [v for key, v in asks.items() if key not in have and catalog.get(v[1]) is not None]
@@ -287,7 +298,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         request, tid = job
         tool = catalog.get(tid)
         row = {"kind": "judgment", "request": request, "server": tid.server, "tool": tid.tool,
-               "hash": tool.content_hash()}
+               "hash": bare_hash(tool)}
         try:   # a little temperature: a retried reply is not the same reply again
             return [{**row, "p_yes": ask(client, _messages("probe_judge", request=request, tool=tool_text(tool)),
                                          _probability, temperature=0.2, attempts=attempts)}]
@@ -297,18 +308,25 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     if error is None:
         error = _run(judge_todo, judge, out, client, concurrency, show_progress, "probe judgments")
     have = _read_cache(cache)
-    searches = []
+    searches, waiting, unusable = [], 0, set()
     for tool, request, best, tid in found:
         if tid == tool.id:
             searches.append((best, True))
             continue
-        verdict = have.get(judgment_key(request, tid))
-        if verdict is None or "skipped" in verdict:
-            skipped += verdict is not None
+        key = judgment_key(request, tid)
+        verdict = have.get(key)
+        if verdict is None:
+            waiting += catalog.get(tid) is not None
+            continue
+        if "skipped" in verdict:
+            unusable.add(key)
             continue   # no known outcome: left out of the fit
         searches.append((best, float(verdict["p_yes"]) >= FITS_AT))
-    return ProbeOutcome(fit_probes(searches, pipeline.model_key, min_searches), written, len(jobs) - len(todo),
-                        len(searches), skipped, error, max(int(min_searches), 1))
+    # a run stopped before every judgment: what is known is the probes' own first tools (all fits), so a fit
+    # on it would lean up; none until the rest are judged
+    cal = fit_probes(searches, pipeline.model_key, min_searches) if not waiting else None
+    return ProbeOutcome(cal, written, len(jobs) - len(todo), len(searches), skipped + len(unusable), error,
+                        max(int(min_searches), 1), waiting)
 
 
 def _run(jobs: list, work, out: JsonlOutput, client: ChatClient | None, concurrency: int, show_progress: bool,

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from retrieval.catalog.eligibility import Eligibility
-from retrieval.catalog.model import Tool, ToolId
+from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.index.embedded import ToolIndex
 from retrieval.index.hits import Hit
 from retrieval.pipeline.confidence import ConfidenceModel, candidate_features, combiner_file
@@ -18,7 +18,7 @@ from retrieval.pipeline.decision import Policy
 from retrieval.pipeline.flow import Pipeline
 from retrieval.pipeline.serialize import result_to_dict
 
-from fakes import FakeScorer, logit, tiny_catalog
+from fakes import FakeScorer, HashEncoder, logit, tiny_catalog
 
 PENALTY = 4.0
 # p = sigmoid(logit - PENALTY * named_other)
@@ -196,3 +196,16 @@ def test_explanation_says_a_casual_mention_raised_the_tool(deployment):
     slack = [t for t in r.tools if t.tool_id.server == "Slack"]
     assert slack and all("raised: the request mentions Slack" in t.explanation["reason"] for t in slack)
     assert not any("raised" in t.explanation["reason"] for t in r.tools if t.tool_id.server != "Slack")
+
+
+def test_a_public_index_set_later_is_read_by_the_name_matchers():
+    """The service and the gateway build the public catalog's index in the background and set it on the
+    pipelines once it is ready: the registry's names count from then on."""
+    from retrieval.pipeline.confidence import ConfidenceModel
+
+    pipe = Pipeline(ToolIndex.build(Catalog([Tool("Mail", "send_email", "Send an email")]), encoder=HashEncoder()),
+                    FakeScorer(), confidence=ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,)))
+    assert pipe.named_servers("open a ticket in Jira") == []
+    pipe.public_index = ToolIndex.build(Catalog([Tool("Jira", "create_issue", "Create a Jira issue")]),
+                                        encoder=HashEncoder())
+    assert pipe.named_servers("open a ticket in Jira") == ["Jira"]
