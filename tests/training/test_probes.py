@@ -374,3 +374,33 @@ def test_cli_calibrates_an_index_and_says_what_is_missing(llm, tmp_path, monkeyp
     assert main(["search", "weather forecast for paris", "--index", str(tmp_path / "idx"), "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["decision"] in ("proceed", "search_again")
+
+
+def test_an_mcp_configuration_is_harvested_then_calibrated(llm, tmp_path, monkeypatch, capsys):
+    """`toolrank index --mcp-config ... --calibrate`: the example MCP servers started and harvested, their index
+    probed through the endpoint, the calibration saved with it and read back by the gateway's loading path."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from serve.commands import main as toolrank
+
+    mcp = Path(__file__).resolve().parents[1] / "mcp"
+    shutil.copytree(mcp / "servers", tmp_path / "servers")
+    config = tmp_path / "example_mcp.json"
+    config.write_text((mcp / "example_mcp.json").read_text().replace('"python"', json.dumps(sys.executable)))
+    monkeypatch.setenv("TOOLRANK_LLM_BASE_URL", llm.url)
+    monkeypatch.setenv("TOOLRANK_LLM_MODEL", llm.model)
+    index_dir = tmp_path / "index"
+    assert toolrank(["index", "--mcp-config", str(config), "--index", str(index_dir), "--calibrate"]) == 0
+    out = capsys.readouterr().out
+    assert "12 tools from 3 servers" in out and "calibration probes: 13 written" in out
+    index = ToolIndex.load(index_dir)
+    cal = CatalogCalibration.from_dict(index.calibration)
+    assert cal.searches >= 20 and (index_dir.parent / "index.probes.jsonl").exists()
+    from retrieval.pipeline.flow import load_pipeline
+
+    pipe = load_pipeline(index, public_suggestions=False)
+    assert pipe.catalog_calibration == cal                          # the shipped scorer, this release: used
+    assert toolrank(["index", "--mcp-config", str(config), "--index", str(index_dir)]) == 0   # unchanged tools
+    assert ToolIndex.load(index_dir).calibration == index.calibration                         # keep it
