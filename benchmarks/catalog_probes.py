@@ -176,9 +176,6 @@ def run(folder: Path, seed: int, threads: int, model: Path) -> int:
     from benchmarks.ablation import CachedScorer
     from benchmarks.judged_flow import _Catalogs
     from retrieval.evaluation.agent_flow import run_flow, shippable_rows
-    from retrieval.index.default import load_or_build_default
-    from retrieval.index.embedded import ToolIndex
-    from retrieval.index.encoder import OnnxEncoder
     from retrieval.pipeline.decision import Policy
     from retrieval.pipeline.flow import Pipeline
     from scorer import Scorer
@@ -189,15 +186,11 @@ def run(folder: Path, seed: int, threads: int, model: Path) -> int:
         return 2
     catalogs, rng = _Catalogs(), random.Random(seed)
     scorer, policy = CachedScorer(Scorer.load(model, threads=threads)), Policy()
-    encoder, rows = None, []
+    rows = []
     for kind in sorted({p["catalog"] for p in probes}):
         ps = [p for p in probes if p["catalog"] == kind]
         cases = probe_cases(ps, catalogs, rng)
-        if kind == "mcpzero-org":
-            index = load_or_build_default(with_examples=False, show_progress=True)
-        else:
-            encoder = encoder or OnnxEncoder()
-            index = ToolIndex(catalogs.catalog(kind), encoder, with_examples=False)
+        index = catalogs.index(kind)
         modes = [m for m in MODES if m == "request_only" or all(p.get("need") for p in ps)]
         rows += run_flow(Pipeline(index, scorer, policy=policy), cases, modes, show_progress=True, desc=kind,
                          tail=False, first_only=True)
@@ -209,18 +202,10 @@ def run(folder: Path, seed: int, threads: int, model: Path) -> int:
 
 def fit_shift(p: np.ndarray, y: np.ndarray, pull: float = 0.5) -> float:
     """``b`` of ``sigmoid(logit(p) + b)``: the log loss on (``p``, ``y``) plus ``pull * b^2`` (the same pull
-    towards the identity as the tenant recalibration's)."""
-    from scipy.optimize import minimize_scalar
+    towards the identity as the tenant recalibration's: its fit with the slope held at 1)."""
+    from retrieval.pipeline.recalibration import fit_recalibration
 
-    from retrieval.pipeline.recalibration import _logit, expit
-
-    z, y = _logit(p), np.asarray(y, dtype=np.float64)
-
-    def loss(b: float) -> float:
-        q = np.clip(expit(z + b), 1e-12, 1 - 1e-12)
-        return float(-np.sum(y * np.log(q) + (1 - y) * np.log(1 - q)) + pull * b * b)
-
-    return float(minimize_scalar(loss, bounds=(-8.0, 8.0), method="bounded").x)
+    return fit_recalibration(p, y, pull, bounds=((1.0, 1.0), (-8.0, 8.0)))[1]
 
 
 def mine(folder: Path, n_batches: int, seed: int) -> int:
@@ -269,6 +254,7 @@ def check(folder: Path, report: Path, items: Path | None, judged: list[Path], sa
     from benchmarks.catalog_calibration import _most_proceeding, _two_level, apply, first_fits, fit, load_fits
     from retrieval.evaluation.stats import ece, ece_floor
     from retrieval.pipeline.probes import fit_probes
+    from retrieval.pipeline.recalibration import platt
 
     try:
         probe_rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
@@ -315,12 +301,10 @@ def check(folder: Path, report: Path, items: Path | None, judged: list[Path], sa
                     "ece_floor": ece_floor(qa, draws=200)["median"], "cut": cut, "platt": w.tolist(),
                     "shift": shift, "pooled_shift": pooled,
                     "pooled_platt": [shipped_map.a, shipped_map.b] if shipped_map else None}
-            from retrieval.pipeline.recalibration import _logit, expit
-
             for name, m in (("shipped", lambda p: np.asarray(p, dtype=float)),
                             ("platt", lambda p: apply([{"best1": float(v)} for v in p], "platt", w)),
-                            ("shift", lambda p: expit(_logit(p) + shift)),
-                            ("pooled_shift", lambda p: expit(_logit(p) + pooled)),
+                            ("shift", lambda p: platt(p, 1.0, shift)),
+                            ("pooled_shift", lambda p: platt(p, 1.0, pooled)),
                             ("pooled_platt", lambda p: shipped_map.apply(p) if shipped_map else np.asarray(p, float)),
                             ("two_level", two)):
                 a_, t_ = m(qa), m(qt) if len(qt) else np.zeros(0)

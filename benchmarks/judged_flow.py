@@ -63,19 +63,35 @@ def _labels() -> dict[str, list[tuple[str, str]]]:
 
 class _Catalogs:
     """Each catalog kind's catalog (loaded once) and, per kind, a result file's tool (a digest where the corpus
-    has no licence) back to the catalog's ``[server, tool]``."""
+    has no licence) back to the catalog's ``[server, tool]``; and, asked for, its day-one index as the agent
+    flow searches it (:meth:`index`)."""
 
     def __init__(self) -> None:
         self._catalogs: dict[str, object] = {}
         self._real: dict[str, dict[tuple[str, str], list[str]]] = {}
+        self._indexes: dict[str, object] = {}
+        self._encoder = None
+
+    def index(self, kind: str):
+        """The kind's catalog indexed as ``agent_flow.flow_rows`` indexes it (day one, every tool in one pass;
+        MCP-Zero organisations search the shipped catalog's default index), built once."""
+        if kind not in self._indexes:
+            from retrieval.index.default import load_or_build_default
+            from retrieval.index.embedded import ToolIndex
+            from retrieval.index.encoder import OnnxEncoder
+
+            if kind == "mcpzero-org":
+                self._indexes[kind] = load_or_build_default(with_examples=False, show_progress=True)
+            else:
+                self._encoder = self._encoder or OnnxEncoder()
+                self._indexes[kind] = ToolIndex(self.catalog(kind), self._encoder, with_examples=False)
+        return self._indexes[kind]
 
     def catalog(self, kind: str):
         if kind not in self._catalogs:
             from retrieval.evaluation.corpora import load_corpus, shippable_tool
-            from retrieval.index.default import load_or_build_default
 
-            cat = (load_or_build_default(with_examples=False, show_progress=True).catalog
-                   if kind == "mcpzero-org" else load_corpus(kind).catalog)
+            cat = self.index(kind).catalog if kind == "mcpzero-org" else load_corpus(kind).catalog
             self._catalogs[kind] = cat
             self._real[kind] = {tuple(shippable_tool(kind, (t.id.server, t.id.tool))): [t.id.server, t.id.tool]
                                 for t in cat.tools}

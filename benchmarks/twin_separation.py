@@ -37,32 +37,16 @@ LABELS = {"best_probability": "best probability", "logit": "cross-encoder logit"
 
 
 class ToolVectors:
-    """Each catalog kind's tool vectors as the agent flow's index holds them: the kind's catalog indexed as
-    ``agent_flow.flow_rows`` indexes it (day one; MCP-Zero organisations search the default index), each vector
-    read from that index. Not re-encoded tool by tool: the encoder is int8 with dynamic quantization, so a
-    vector depends on the batch it was encoded in (re-encoded alone, cosines between tools move by up to 0.05)."""
+    """Each catalog kind's tool vectors as the agent flow's index holds them (``_Catalogs.index``: day one;
+    MCP-Zero organisations search the default index). Not re-encoded tool by tool: the encoder is int8 with
+    dynamic quantization, so a vector depends on the batch it was encoded in (re-encoded alone, cosines between
+    tools move by up to 0.05)."""
 
     def __init__(self, catalogs) -> None:
         self.catalogs = catalogs          # benchmarks.judged_flow._Catalogs
-        self._indexes: dict[str, object] = {}
-        self._encoder = None
-
-    def index(self, kind: str):
-        if kind not in self._indexes:
-            from retrieval.index.default import load_or_build_default
-            from retrieval.index.embedded import ToolIndex
-            from retrieval.index.encoder import OnnxEncoder
-
-            if kind == "mcpzero-org":
-                self._indexes[kind] = load_or_build_default(with_examples=False, show_progress=True)
-            else:
-                self._encoder = self._encoder or OnnxEncoder()
-                self._indexes[kind] = ToolIndex(self.catalogs.catalog(kind), self._encoder, with_examples=False,
-                                                show_progress=True)
-        return self._indexes[kind]
 
     def __call__(self, kind: str, tool_id) -> np.ndarray:
-        v = self.index(kind).tool_vector(tool_id)
+        v = self.catalogs.index(kind).tool_vector(tool_id)
         if v is None:
             raise KeyError(f"{kind}: {tool_id} is not in the index")
         return v

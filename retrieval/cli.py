@@ -126,13 +126,12 @@ def cmd_index(a: argparse.Namespace) -> int:
         cat, status = _write_examples(a, cat, a.examples_cache or _cache_beside(a.out))
         if cat is None:
             return 0
-    if a.calibrate:
-        _llm_for_calibration()   # a missing endpoint is said before anything is built
+    client = _llm_for_calibration() if a.calibrate else None   # a missing endpoint is said before anything is built
     index = ToolIndex.build(cat, with_examples=not a.no_examples, show_progress=True)
     out = index.save(a.out)
     print(f"indexed {len(cat)} tools from {len(cat.servers)} servers into {out}")
-    if a.calibrate:
-        status = max(status, _calibrate(a, out))
+    if client is not None:
+        status = max(status, _calibrate(a, out, client))
     return status
 
 
@@ -145,9 +144,9 @@ def _llm_for_calibration():
         raise ValueError(f"--calibrate: {exc}") from None
 
 
-def _calibrate(a: argparse.Namespace, path: Path) -> int:
-    """Probe the saved index at ``path`` and save its calibration with it; 1 when the endpoint failed or too few
-    probes were measured (the index is usable either way)."""
+def _calibrate(a: argparse.Namespace, path: Path, client) -> int:
+    """Probe the saved index at ``path`` through ``client`` and save its calibration with it; 1 when the endpoint
+    failed or too few probes were measured (the index is usable either way)."""
     from .index.embedded import ToolIndex
     from .pipeline.flow import load_pipeline
     from .pipeline.probes import DEFAULT_PROBES, probe_cache_beside, write_probes
@@ -160,8 +159,9 @@ def _calibrate(a: argparse.Namespace, path: Path) -> int:
               "indexes without them (probes written like examples may find their tools more easily than real "
               "requests do)", file=sys.stderr)
     pipe = load_pipeline(index, a.model, public_suggestions=False)   # probes are first attempts: no no_fit
-    outcome = write_probes(pipe, _llm_for_calibration(), probe_cache_beside(path),
-                           n=a.probes or DEFAULT_PROBES, show_progress=True)
+    with client:
+        outcome = write_probes(pipe, client, probe_cache_beside(path), n=a.probes or DEFAULT_PROBES,
+                               show_progress=True)
     print(outcome.format())
     if outcome.calibration is None:
         if had:
@@ -239,13 +239,12 @@ def _index_mcp(a: argparse.Namespace) -> int:
     if a.timeout <= 0:
         raise ValueError(f"--timeout must be a positive number of seconds, got {a.timeout:g}")
     install_log_redaction()
-    if a.calibrate:
-        _llm_for_calibration()   # a missing endpoint is said before any server is started
+    client = _llm_for_calibration() if a.calibrate else None   # a missing endpoint is said before any server starts
     report = index_mcp_config(a.mcp_config, a.index, timeout_s=a.timeout)
     print(redact(report.format()))
     examples_status = _mcp_examples(a, report.path) if a.write_examples else 0
-    if a.calibrate:
-        examples_status = max(examples_status, _calibrate(a, Path(report.path)))
+    if client is not None:
+        examples_status = max(examples_status, _calibrate(a, Path(report.path), client))
     # Absolute paths: the client starts toolrank from a folder of its own choosing.
     args = ["mcp", "--mcp-config", str(a.mcp_config.resolve())] + \
         (["--index", str(Path(report.path).resolve())] if a.index else [])

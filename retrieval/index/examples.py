@@ -184,9 +184,9 @@ def format_dry_run(plan: ExamplePlan) -> str:
     return "dry run, nothing written: " + plan.format()
 
 
-def cache_beside(path: str | Path) -> Path:
-    """The default cache of an index folder: ``<folder>.examples.jsonl`` beside it (the folder is
+def cache_beside(path: str | Path, what: str = "examples") -> Path:
+    """The default cache of an index folder: ``<folder>.<what>.jsonl`` beside it (the folder is
     replaced whole on every save)."""
     path = Path(path)
-    return path.with_name(path.name + ".examples.jsonl")
+    return path.with_name(f"{path.name}.{what}.jsonl")
 

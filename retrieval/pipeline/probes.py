@@ -41,10 +41,10 @@ import numpy as np
 
 from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.writing.llm import ChatClient, GenerationError
-from retrieval.writing.prompting import ContentError, clip, json_object, load_prompt, tool_list, tool_text
+from retrieval.writing.prompting import ContentError, clip, json_object, messages, tool_list, tool_text
 from retrieval.writing.runner import JsonlOutput, ask, read_rows, run_jobs
 
-from .recalibration import _logit, expit, fit_recalibration
+from .recalibration import DEFAULT_PULL as PULL, fit_recalibration, platt
 
 if TYPE_CHECKING:
     from .decision import Policy
@@ -56,7 +56,6 @@ __all__ = ["CatalogCalibration", "ProbeOutcome", "DEFAULT_PROBES", "PULL", "STYL
 log = logging.getLogger(__name__)
 
 DEFAULT_PROBES = 100
-PULL = 0.5            # towards the identity, as the tenant recalibration's (recalibration.DEFAULT_PULL)
 MIN_PROBES = 20       # fewer searches say too little about a catalog's level
 STYLES = ("plain", "concrete", "goal", "question", "casual")
 VOICES = ("terse", "verbose", "platform", "plain", "first_step")
@@ -80,7 +79,7 @@ class CatalogCalibration:
             raise ValueError(f"a catalog calibration needs 0 < a <= 20 and |b| <= 20, got a={self.a}, b={self.b}")
 
     def apply(self, p: np.ndarray | Sequence[float] | float) -> np.ndarray:
-        return expit(self.a * _logit(np.asarray(p, dtype=np.float64)) + self.b)
+        return platt(p, self.a, self.b)
 
     def policy(self, policy: "Policy") -> "Policy":
         """``policy`` with every probability threshold moved through the same map: the same decisions."""
@@ -140,13 +139,9 @@ def plan_probes(catalog: Catalog, n: int = DEFAULT_PROBES, seed: int = 0,
 
 def probe_cache_beside(path: str | Path) -> Path:
     """The probes of an index folder: ``<folder>.probes.jsonl`` beside it (the folder is replaced on save)."""
-    path = Path(path)
-    return path.with_name(path.name + ".probes.jsonl")
+    from retrieval.index.examples import cache_beside
 
-
-def _messages(name: str, **values: str) -> list[dict[str, str]]:
-    prompt = load_prompt(name)
-    return [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.render("user", **values)}]
+    return cache_beside(path, "probes")
 
 
 def _field(key: str):
@@ -261,10 +256,10 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         row = {"kind": "probe", "server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "k": k}
         siblings = [s for s in catalog.server_tools(tool.server) if s.id != tool.id][:20]
         try:
-            request = ask(client, _messages("probes", tool=tool_text(tool), siblings=tool_list(siblings),
+            request = ask(client, messages("probes", tool=tool_text(tool), siblings=tool_list(siblings),
                                             style=STYLES[(i + k) % len(STYLES)]), _field("request"),
                           temperature=temperature, attempts=attempts)
-            need = ask(client, _messages("needs", request=request, voice=VOICES[(i // len(STYLES)) % len(VOICES)]),
+            need = ask(client, messages("needs", request=request, voice=VOICES[(i // len(STYLES)) % len(VOICES)]),
                        _field("need"), temperature=temperature, attempts=attempts)
         except ContentError as exc:   # this tool's replies are unusable: recorded, not asked again
             return [{**row, "skipped": str(exc)[:300]}]
@@ -300,7 +295,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         row = {"kind": "judgment", "request": request, "server": tid.server, "tool": tid.tool,
                "hash": bare_hash(tool)}
         try:   # a little temperature: a retried reply is not the same reply again
-            return [{**row, "p_yes": ask(client, _messages("probe_judge", request=request, tool=tool_text(tool)),
+            return [{**row, "p_yes": ask(client, messages("probe_judge", request=request, tool=tool_text(tool)),
                                          _probability, temperature=0.2, attempts=attempts)}]
         except ContentError as exc:
             return [{**row, "skipped": str(exc)[:300]}]

@@ -40,6 +40,11 @@ def _logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
+def platt(p: np.ndarray | Sequence[float] | float, a: float, b: float) -> np.ndarray:
+    """``sigmoid(a * logit(p) + b)``: a tenant's recalibration and a catalog's (``probes.CatalogCalibration``)."""
+    return expit(a * _logit(np.asarray(p, dtype=np.float64)) + b)
+
+
 @dataclass(frozen=True)
 class UseRecalibration:
     """``q = sigmoid(a * logit(p) + b)`` with ``a > 0`` (the order of a tenant's tools never changes)."""
@@ -53,7 +58,7 @@ class UseRecalibration:
             raise ValueError(f"recalibration needs a finite a > 0 and a finite b, got a={self.a}, b={self.b}")
 
     def apply(self, p: np.ndarray | Sequence[float]) -> np.ndarray:
-        return expit(self.a * _logit(np.asarray(p, dtype=np.float64)) + self.b)
+        return platt(p, self.a, self.b)
 
     def invert(self, q: np.ndarray | Sequence[float] | float) -> np.ndarray:
         """The probability before recalibration (exact up to ``apply``'s clip at 1e-6 from 0 and 1)."""

@@ -127,11 +127,15 @@ def tool_list(tools: Sequence[Tool]) -> str:
     return "\n".join(f"- {t.server} / {t.name}: {clip(t.description, 160)}" for t in tools)
 
 
+def messages(name: str, **values: Any) -> list[dict[str, str]]:
+    """Chat messages of a prompt file: its system section, and its user section filled with ``values``."""
+    prompt = load_prompt(name)
+    return [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.render("user", **values)}]
+
+
 def example_messages(tool: Tool, siblings: Sequence[Tool], n: int) -> list[dict[str, str]]:
     """Chat messages asking for ``n`` example requests for ``tool``."""
-    prompt = load_prompt("examples")
-    user = prompt.render("user", tool=tool_text(tool), siblings=tool_list(siblings), n=n)
-    return [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
+    return messages("examples", tool=tool_text(tool), siblings=tool_list(siblings), n=n)
 
 
 def json_object(text: str) -> Any:
