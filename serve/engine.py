@@ -21,7 +21,7 @@ from retrieval.catalog.rules import confusable_with
 
 from .index_store import IndexStore, StoreError
 
-__all__ = ["Engine", "Snapshot", "UpdateOutcome", "rebind", "load_like", "model_info"]
+__all__ = ["Engine", "Snapshot", "UpdateOutcome", "CatalogChanged", "rebind", "load_like", "model_info"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,10 @@ class Snapshot:
     @property
     def catalog(self) -> Any:
         return self.pipeline.index.catalog
+
+
+class CatalogChanged(RuntimeError):
+    """What was measured on one catalog is refused for another."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,11 @@ class Engine:
 
     # ------------------------------------------------------------------ writes
 
-    def _write(self, server: str, change: Callable[[Any], tuple[bool, bool, int, int]]) -> UpdateOutcome:
+    def pipeline_for(self, index: Any) -> Any:
+        """A pipeline like the served ones (scorer, policy, shortcuts) over ``index``, which is not served."""
+        return self._make_pipeline(index)
+
+    def _write(self, what: str, change: Callable[[Any], tuple[bool, bool, int, int]]) -> UpdateOutcome:
         with self._write_lock, self.store.write_lock():
             # The newest state, whoever wrote it (an unreadable newest version is skipped, with a warning).
             version, working = self._load_newest()
@@ -228,8 +236,28 @@ class Engine:
             self._swap(working, version)
         else:
             self.refresh()
-        log.info("catalog change on server %r: changed=%s, version %d", server, changed, version)
+        log.info("%s: changed=%s, version %d", what, changed, version)
         return UpdateOutcome(changed, created, tools, re_embedded, version)
+
+    def set_calibration(self, calibration: dict[str, Any], tools: dict[Any, str]) -> UpdateOutcome:
+        """Save ``calibration`` (a catalog calibration's dict) with the newest version, as a new version.
+
+        ``tools`` are the tool hashes it was measured on (``ToolIndex.tool_hashes``).
+
+        Raises:
+            CatalogChanged: the newest version's tools are not those (the catalog changed while probing).
+        """
+
+        def change(index: Any) -> tuple[bool, bool, int, int]:
+            if index.tool_hashes() != tools:
+                raise CatalogChanged("the catalog changed while it was probed (a server was added, replaced or "
+                                     "removed); nothing was saved: calibrate again")
+            if index.calibration == calibration:
+                return False, False, len(index.catalog.tools), 0
+            index.calibration = calibration
+            return True, False, len(index.catalog.tools), 0
+
+        return self._write("catalog calibration", change)
 
     def upsert_server(self, name: str, description: str, tools: list[Any],
                       examples: dict[str, list[str]] | None) -> UpdateOutcome:
@@ -266,7 +294,7 @@ class Engine:
             n = index.upsert_server(name, description, merged)
             return True, created, len(merged), int(n)
 
-        return self._write(name, change)
+        return self._write(f"catalog change on server {name!r}", change)
 
     def remove_server(self, name: str) -> UpdateOutcome:
         """Remove one server; ``tools`` in the outcome is how many tools went with it."""
@@ -275,4 +303,4 @@ class Engine:
             n = int(index.remove_server(name))
             return n > 0, False, n, 0
 
-        return self._write(name, change)
+        return self._write(f"catalog change on server {name!r}", change)

@@ -19,6 +19,7 @@ __all__ = [
     "Candidate", "ScoreRequest", "CandidateScore", "ModelInfo", "ScoreResponse",
     "ToolRef", "PreviousAttempt", "SearchRequest", "ToolResult", "TokenFigures", "SearchResponse",
     "McpTool", "ServerUpdate", "ServerSummary", "ServerList", "ServerDetail", "ServerChange",
+    "CalibrationRequest", "CalibrationJob",
     "ErrorBody", "ErrorResponse", "Health", "Readiness",
 ]
 
@@ -309,6 +310,35 @@ class ServerChange(BaseModel):
                                            "it within the store's pick-up bound.", examples=[4])
     examples_note: str | None = Field(None, description="With write_examples: how many tools got example requests "
                                                         "written or from the cache, and which were left without.")
+
+
+# ------------------------------------------------------------------ the catalog's calibration
+
+
+class CalibrationRequest(_Body):
+    probes: int = Field(100, ge=10, le=2000, description="How many of the catalog's tools to probe (drawn uniformly; "
+                                                         "a catalog of fewer tools is probed more than once per tool, "
+                                                         "in other styles).")
+
+
+class CalibrationJob(BaseModel):
+    state: Literal["none", "running", "done", "failed", "interrupted"] = Field(
+        description="none: never started on this store; running; done: the map was saved as `saved_version`; "
+                    "failed: nothing saved (`message` says why); interrupted: the worker running it stopped.")
+    message: str = Field("", description="What it measured and fitted, or why it stopped, in words.")
+    phase: str | None = Field(None, description="While running: starting, writing (probe requests and needs), "
+                                                "searching, judging (first tools that are not the probe's own).")
+    done: int = Field(0, ge=0, description="Work of the current phase finished.")
+    total: int = Field(0, ge=0, description="Work of the current phase in all.")
+    probes: int | None = Field(None, description="Tools asked to probe.")
+    probed_version: int | None = Field(None, description="The index version probed.")
+    saved_version: int | None = Field(None, description="The index version that carries the new calibration.")
+    started_at: str | None = Field(None, description="UTC, ISO 8601.")
+    finished_at: str | None = Field(None, description="UTC, ISO 8601.")
+    calibration: dict[str, Any] | None = Field(None, description="The map this job fitted (when done).")
+    catalog_calibration: dict[str, Any] | None = Field(
+        None, description="The calibration the served index carries now (as /readyz shows it): a later catalog "
+                          "change drops it, a calibration of another scorer or release is not used.")
 
 
 # ------------------------------------------------------------------ errors and probes

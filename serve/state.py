@@ -42,6 +42,7 @@ class ServiceState:
         self.admission = Admission(settings.max_concurrency, settings.max_queue, settings.max_queue_wait_s)
         self.rates = RateLimiter()
         self.usage = usage   # learning from use (docs/day-one.md)
+        self.calibration_jobs: Any = None   # the catalog's calibration (serve.calibration), made on first use
 
     async def run(self, request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run blocking pipeline work in a thread, under the worker's admission control.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from typing import Sequence
@@ -70,3 +71,22 @@ class FakeScorer:
 
     def score(self, request, need, tools) -> list[float]:
         return [self.probs.get(t.name, self.default) for t in tools]
+
+
+def probe_reply(system: str, user: str, judge_yes: float = 0.85, judged: list | None = None) -> str | None:
+    """The calibration probes' three prompts (retrieval.pipeline.probes) answered by rule, or None for another
+    prompt: a request naming the tool's words, a need repeating it, and a judge that says ``judge_yes`` when the
+    tool's words are in the request (0.05 otherwise; ``judged`` collects what it read)."""
+    if system.startswith("# Writing a probe request"):
+        tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
+        return json.dumps({"request": f"please {tool.replace('_', ' ')} for me"})
+    if system.startswith("# Writing an agent's one-line need"):
+        request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
+        return json.dumps({"need": request.removeprefix("please ").removesuffix(" for me")})
+    if system.startswith("# Does this tool do what the user asked?"):
+        request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
+        tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
+        if judged is not None:
+            judged.append((request, tool))
+        return json.dumps({"p_yes": judge_yes if tool.replace("_", " ") in request else 0.05})
+    return None

@@ -134,7 +134,7 @@ class ToolIndex:
             descs = {k: v for k, v in self.catalog.server_descriptions.items() if k != name}
             descs[name] = description
             before = len(self._vectors)
-            tools_before = self._tool_hashes()
+            tools_before = self.tool_hashes()
             n = self._rebuild(Catalog(others + new_tools, descs))
             self.version += 1
             self._drop_calibration_if_changed(tools_before)
@@ -147,19 +147,20 @@ class ToolIndex:
             keep = [t for t in self.catalog.tools if t.server != name]
             removed = len(self.catalog.tools) - len(keep)
             if removed:
-                tools_before = self._tool_hashes()
+                tools_before = self.tool_hashes()
                 descs = {k: v for k, v in self.catalog.server_descriptions.items() if k != name}
                 self._rebuild(Catalog(keep, descs))
                 self.version += 1
                 self._drop_calibration_if_changed(tools_before)
             return removed
 
-    def _tool_hashes(self) -> dict[ToolId, str]:
+    def tool_hashes(self) -> dict[ToolId, str]:
+        """Each tool's content hash: what a calibration was measured on."""
         return {t.id: t.content_hash() for t in self.catalog.tools}
 
     def _drop_calibration_if_changed(self, before: dict[ToolId, str]) -> None:
         """A calibration measured on other tools no longer says what this catalog's numbers mean."""
-        if self.calibration is not None and self._tool_hashes() != before:
+        if self.calibration is not None and self.tool_hashes() != before:
             self.calibration = None
             log.info("the catalog changed: its calibration written at index time is dropped "
                      "(write it again with `toolrank index ... --calibrate`)")

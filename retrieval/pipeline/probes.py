@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -220,7 +221,8 @@ def _read_cache(path: str | Path) -> dict[tuple, dict]:
 
 def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | Path, *, n: int = DEFAULT_PROBES,
                  seed: int = 0, concurrency: int = 4, attempts: int = 3, show_progress: bool = False,
-                 temperature: float = 0.7, min_searches: int = MIN_PROBES) -> ProbeOutcome:
+                 temperature: float = 0.7, min_searches: int = MIN_PROBES,
+                 progress: Callable[[str, int, int], None] | None = None) -> ProbeOutcome:
     """Write, search and judge probes for ``pipeline``'s catalog, and fit its calibration.
 
     The cache (``cache``, appended as each reply comes) holds only what the endpoint wrote: each probe's request
@@ -228,7 +230,8 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     request and the judged tool's content). The searches are run again every time (they read the whole index,
     which may have changed), so only the endpoint's work is saved. A reply that does not give what was asked is
     recorded as skipped (not asked again, left out of the fit); the endpoint failing stops the run, and what
-    finished is used.
+    finished is used. ``progress(phase, done, total)`` is told as each phase starts and as its work finishes
+    (phases "writing", "searching", "judging"; the service's calibration job reports it).
     """
     from retrieval.index.examples import bare_hash
     from tqdm import tqdm
@@ -265,7 +268,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
             return [{**row, "skipped": str(exc)[:300]}]
         return [{**row, "request": request, "need": need}]
 
-    error = _run(todo, write, out, client, concurrency, show_progress, "calibration probes")
+    error = _run(todo, write, out, client, concurrency, show_progress, "calibration probes", "writing", progress)
     have = _read_cache(cache)
     probes = [(tool, have[probe_key((0, tool, k))]) for tool, k in jobs if probe_key((0, tool, k)) in have]
     written = sum(1 for job in todo if probe_key(job) in have)
@@ -274,7 +277,9 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     # the searches, on the index as it is now: the first tool of the answer and its probability
     found: list[tuple[Tool, str, float, ToolId]] = []
     searched = [(t, r) for t, r in probes if "skipped" not in r]
-    for tool, row in tqdm(searched, desc="probe searches", unit="probe", disable=not show_progress):
+    for i, (tool, row) in enumerate(tqdm(searched, desc="probe searches", unit="probe", disable=not show_progress)):
+        if progress is not None:
+            progress("searching", i, len(searched))
         for with_need in (row["need"], None):
             result = pipeline.search(row["request"], with_need)
             if not result.tools or result.tools[0].source in ("exact_name", "always_available"):
@@ -301,7 +306,8 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
             return [{**row, "skipped": str(exc)[:300]}]
 
     if error is None:
-        error = _run(judge_todo, judge, out, client, concurrency, show_progress, "probe judgments")
+        error = _run(judge_todo, judge, out, client, concurrency, show_progress, "probe judgments", "judging",
+                     progress)
     have = _read_cache(cache)
     searches, waiting, unusable = [], 0, set()
     for tool, request, best, tid in found:
@@ -325,12 +331,16 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
 
 
 def _run(jobs: list, work, out: JsonlOutput, client: ChatClient | None, concurrency: int, show_progress: bool,
-         desc: str) -> str | None:
+         desc: str, phase: str = "", progress: Callable[[str, int, int], None] | None = None) -> str | None:
     """Run ``work`` over ``jobs`` through the endpoint; why it stopped early, or None."""
+    if progress is not None:
+        progress(phase, 0, len(jobs))
     if not jobs:
         return None
     if client is None:
         return "no LLM endpoint configured"
+    if progress is not None:
+        work = _counted(work, phase, len(jobs), progress)
     try:
         run_jobs(jobs, work, out, total=len(jobs), skipped=0, concurrency=concurrency, show_progress=show_progress,
                  desc=desc)
@@ -339,6 +349,20 @@ def _run(jobs: list, work, out: JsonlOutput, client: ChatClient | None, concurre
     except OSError as exc:           # a broken connection or a cache that cannot be written
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def _counted(work, phase: str, total: int, progress: Callable[[str, int, int], None]):
+    """``work`` telling ``progress`` how many jobs have finished (jobs run side by side)."""
+    finished, lock = [0], threading.Lock()
+
+    def counted(job):
+        rows = work(job)
+        with lock:
+            finished[0] += 1
+            progress(phase, finished[0], total)
+        return rows
+
+    return counted
 
 
 def fit_probes(searches: Sequence[tuple[float, bool]], model: str,

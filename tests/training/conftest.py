@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from fakes import probe_reply   # tests/ is on sys.path (tests/conftest.py)
+
 TOOLS = [
     {"server": "Weather", "server_description": "Forecasts and alerts.", "name": "get_forecast",
      "description": "Get the weather forecast for a city",
@@ -175,20 +177,7 @@ class FakeLLM:
         return 200, self._completion(json.dumps({"p_yes": 0.85 if yes else 0.05}))
 
     def _probe_answer(self, system: str, user: str) -> str | None:
-        """The calibration probes' three prompts (retrieval.pipeline.probes): a request naming the tool's words,
-        a need repeating it, and a judge that says yes when the tool's words are in the request."""
-        if system.startswith("# Writing a probe request"):
-            tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
-            return json.dumps({"request": f"please {tool.replace('_', ' ')} for me"})
-        if system.startswith("# Writing an agent's one-line need"):
-            request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
-            return json.dumps({"need": request.removeprefix("please ").removesuffix(" for me")})
-        if system.startswith("# Does this tool do what the user asked?"):
-            request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
-            tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
-            self.judged.append((request, tool))
-            return json.dumps({"p_yes": self.judge_yes if tool.replace("_", " ") in request else 0.05})
-        return None
+        return probe_reply(system, user, self.judge_yes, self.judged)
 
     def _completion(self, text: str, logprob_content: list | None = None) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},

@@ -1,0 +1,181 @@
+"""POST / GET /v1/calibration: the served catalog calibrated in the background from probes (serve/calibration.py),
+saved as a new index version, refused while one runs, never saved over a catalog that changed meanwhile."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+import retrieval.index.examples as ix
+from fakes import probe_reply
+from real_app import key, real_client
+from retrieval.writing.llm import EndpointError
+from serve.calibration import LOCK_FILE, STATE_FILE
+
+BODY = {"description": "Issue tracker", "tools": [{"name": "create_ticket", "description": "Create a ticket"}]}
+
+
+class ProbeClient:
+    """A chat client answering the probes' prompts by rule (tests/fakes.py); ``gate``: hold every reply until set;
+    ``fail``: answer every call with an endpoint error."""
+
+    def __init__(self, gate: threading.Event | None = None, fail: bool = False, judge_yes: float = 0.85):
+        self.gate, self.fail, self.judge_yes = gate, fail, judge_yes
+        self.calls, self.closed = 0, False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.closed = True
+        return False
+
+    def close(self):
+        self.closed = True
+
+    def chat(self, messages, temperature=0.0):
+        self.calls += 1
+        if self.gate is not None:
+            assert self.gate.wait(30)
+        if self.fail:
+            raise EndpointError("endpoint said 503", status=503)
+        text = probe_reply(messages[0]["content"], messages[-1]["content"], self.judge_yes)
+        assert text is not None, messages[0]["content"][:80]
+        return type("Reply", (), {"text": text})()
+
+
+@pytest.fixture
+def service(tmp_path):
+    c = real_client(tmp_path)
+    yield c
+    jobs = c.app.state.toolrank.calibration_jobs
+    if jobs is not None:
+        jobs.wait(30)
+    c.__exit__(None, None, None)
+
+
+def use(monkeypatch, client):
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: client)
+
+
+def wait_done(service, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        body = service.get("/v1/calibration", headers=key("ops")).json()
+        if body["state"] != "running":
+            return body
+        time.sleep(0.05)
+    raise AssertionError("the calibration did not end")
+
+
+def search(service, request="open an issue on github for the login bug"):
+    r = service.post("/v1/search", json={"request": request}, headers=key("ops"))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_calibration_is_saved_as_a_new_version_and_leaves_every_decision(service, monkeypatch):
+    assert service.get("/v1/calibration", headers=key("ops")).json()["state"] == "none"
+    before = search(service)
+    version = service.get("/readyz", headers=key("ops")).json()["index_version"]
+    fake = ProbeClient()
+    use(monkeypatch, fake)
+    r = service.post("/v1/calibration", json={"probes": 10}, headers=key("ops"))
+    assert r.status_code == 202, r.text
+    assert r.headers["location"] == "/v1/calibration" and r.json()["probed_version"] == version
+    body = wait_done(service)
+    assert body["state"] == "done", body
+    assert body["saved_version"] == version + 1 and "searches" in body["message"] and fake.closed
+    assert body["catalog_calibration"] == body["calibration"] and body["calibration"]["kind"] == "probe_platt"
+    ready = service.get("/readyz", headers=key("ops")).json()
+    assert ready["index_version"] == version + 1 and ready["catalog_calibration"] == body["calibration"]
+    after = search(service)
+    assert after["decision"] == before["decision"]
+    assert [(t["server"], t["tool"]) for t in after["tools"]] == [(t["server"], t["tool"]) for t in before["tools"]]
+    assert after["best_probability"] != pytest.approx(before["best_probability"])   # what the numbers mean moved
+
+
+def test_a_second_calibration_while_one_runs_is_refused(service, monkeypatch):
+    gate = threading.Event()
+    use(monkeypatch, ProbeClient(gate))
+    assert service.post("/v1/calibration", headers=key("ops")).status_code == 202
+    running = service.get("/v1/calibration", headers=key("ops")).json()
+    assert running["state"] == "running" and running["phase"] in ("starting", "writing")
+    second = ProbeClient()
+    use(monkeypatch, second)
+    r = service.post("/v1/calibration", headers=key("ops"))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "calibration_running"
+    assert second.closed and second.calls == 0
+    gate.set()
+    assert wait_done(service)["state"] == "done"
+
+
+def test_a_catalog_changed_while_probing_gets_no_calibration(service, monkeypatch):
+    gate = threading.Event()
+    use(monkeypatch, ProbeClient(gate))
+    assert service.post("/v1/calibration", headers=key("ops")).status_code == 202
+    assert service.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
+    gate.set()
+    body = wait_done(service)
+    assert body["state"] == "failed" and "changed while it was probed" in body["message"], body
+    assert "saved_version" not in body and "catalog_calibration" not in body
+    assert service.get("/readyz", headers=key("ops")).json()["catalog_calibration"] is None
+
+
+def test_a_catalog_change_after_it_drops_the_calibration(service, monkeypatch):
+    use(monkeypatch, ProbeClient())
+    service.post("/v1/calibration", headers=key("ops"))
+    assert wait_done(service)["state"] == "done"
+    assert service.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
+    body = service.get("/v1/calibration", headers=key("ops")).json()
+    assert body["state"] == "done" and "catalog_calibration" not in body   # measured on other tools
+
+
+def test_a_failing_endpoint_saves_nothing_and_says_why(service, monkeypatch):
+    use(monkeypatch, ProbeClient(fail=True))
+    assert service.post("/v1/calibration", headers=key("ops")).status_code == 202
+    body = wait_done(service)
+    assert body["state"] == "failed" and "no calibration saved" in body["message"] and "503" in body["message"]
+    assert service.get("/readyz", headers=key("ops")).json()["catalog_calibration"] is None
+
+
+def test_a_job_whose_worker_stopped_reads_interrupted(service, tmp_path, monkeypatch):
+    root = tmp_path / "store"
+    (root / STATE_FILE).write_text(json.dumps({"state": "running", "phase": "writing", "done": 3, "total": 10}))
+    body = service.get("/v1/calibration", headers=key("ops")).json()
+    assert body["state"] == "interrupted" and "start it again" in body["message"]
+    import fcntl   # held by another process's open file: still running
+    with open(root / LOCK_FILE, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        assert service.get("/v1/calibration", headers=key("ops")).json()["state"] == "running"
+        use(monkeypatch, ProbeClient())
+        r = service.post("/v1/calibration", headers=key("ops"))
+        assert r.status_code == 409 and "another worker" in r.json()["error"]["message"]
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def test_refusals_say_what_to_fix(service, monkeypatch):
+    monkeypatch.delenv("TOOLRANK_LLM_BASE_URL", raising=False)
+    r = service.post("/v1/calibration", headers=key("ops"))
+    assert r.status_code == 422 and "TOOLRANK_LLM_BASE_URL" in r.json()["error"]["message"]
+    assert service.get("/v1/calibration", headers=key("ops")).json()["state"] == "none"
+    assert service.post("/v1/calibration", headers=key("acme")).status_code == 403
+    assert service.get("/v1/calibration", headers=key("acme")).status_code == 403
+    assert service.post("/v1/calibration").status_code == 401
+    use(monkeypatch, ProbeClient())
+    for body in ({"probes": 5}, {"probes": "100"}, {"probes": 100, "extra": 1}):
+        r = service.post("/v1/calibration", json=body, headers=key("ops"))
+        assert r.status_code == 422, (body, r.text)
+
+
+def test_an_index_that_cannot_carry_one_is_refused(make_client, monkeypatch):
+    from serve_fakes import auth
+
+    client = make_client()   # serve_fakes' FakeIndex: no tool hashes, as Qdrant's
+    use(monkeypatch, ProbeClient())
+    r = client.post("/v1/calibration", headers=auth("ops"))
+    assert r.status_code == 501 and r.json()["error"]["code"] == "calibration_unsupported", r.text
+    assert client.get("/v1/calibration", headers=auth("ops")).json()["state"] == "none"
