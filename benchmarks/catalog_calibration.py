@@ -52,11 +52,18 @@ def first_searches(rows: list[dict], twins: bool = False) -> list[dict]:
     return [r for r in rows if (twins or r.get("answerable")) and r.get("mode") in MODES]
 
 
-def load_fits(items: Path, judged: list[Path]):
-    """``fits(row)``: whether a row's first tool is judged to fit (None: not judged)."""
+def load_fits(items: Path | list[Path], judged: list[Path]):
+    """``fits(row)``: whether a row's first tool is judged to fit (None: not judged); several items files are read
+    with the answers of all ``judged`` files (their request ids must not repeat)."""
     from retrieval.evaluation.judged import fits, read_judged
 
-    probs = read_judged(items, judged)
+    probs: dict = {}
+    for path in [items] if isinstance(items, Path) else items:
+        got = read_judged(path, judged)
+        twice = set(got) & set(probs)
+        if twice:
+            raise ValueError(f"{path}: request {sorted(twice)[0]!r} is in another items file too")
+        probs.update(got)
     return lambda r: fits(probs, r["id"], (r.get("tools1") or [None])[0])
 
 

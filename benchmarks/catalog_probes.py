@@ -249,7 +249,7 @@ def mine(folder: Path, n_batches: int, seed: int) -> int:
     return 0
 
 
-def check(folder: Path, report: Path, items: Path | None, judged: list[Path], safe: float, proceed: float,
+def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: list[Path], safe: float, proceed: float,
           out: Path, probe_judged: list[Path] = ()) -> int:
     from benchmarks.catalog_calibration import _most_proceeding, _two_level, apply, first_fits, fit, load_fits
     from retrieval.evaluation.stats import ece, ece_floor
@@ -272,8 +272,8 @@ def check(folder: Path, report: Path, items: Path | None, judged: list[Path], sa
             pt_rows = [r for r in probe_rows if r["catalog"] == kind and r["mode"] == mode and not r["answerable"]]
             ra = [r for r in real if r["catalog"] == kind and r["mode"] == mode and r["answerable"]]
             rt = [r for r in real if r["catalog"] == kind and r["mode"] == mode and not r["answerable"]]
-            if fits is not None:
-                ra = [r for r in ra if fits(r) is not None]
+            if fits is not None:   # what the judge read, and labelled first tools (fits whatever it says)
+                ra = [r for r in ra if r.get("right1") or fits(r) is not None]
             if not pa_rows or not ra:
                 continue
             # a probe's first tool fits when it is the probe's tool or (with the probes' judge) judged to fit; a
@@ -364,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the judge's answers on the probes (judge_items.jsonl of `mine`)")
     c.add_argument("--probes", type=Path, required=True)
     c.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "agent_flow_report.json")
-    c.add_argument("--judged-items", type=Path)
+    c.add_argument("--judged-items", type=Path, nargs="*", default=[],
+                   help="the judge's items of the real requests (several: their answers are read together)")
     c.add_argument("--judged", type=Path, nargs="*", default=[])
     c.add_argument("--safe", type=float, default=0.10)
     c.add_argument("--proceed", type=float, default=0.83)

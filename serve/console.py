@@ -315,7 +315,21 @@ async def service_page(request: Request) -> Response:
         "queue": {"running": getattr(state.admission, "running", None), "waiting": getattr(state.admission, "waiting", None)},
         "tenants": len(state.tenants) if state.tenants is not None else 0,
     }
-    return _page("service.html", request, **_common(request, tenant), info=info)
+    import anyio
+
+    calibration = await anyio.to_thread.run_sync(_calibration_info, engine) if engine is not None else None
+    return _page("service.html", request, **_common(request, tenant), info=info, calibration=calibration)
+
+
+def _calibration_info(engine: Any) -> dict[str, Any]:
+    """The catalog calibration in effect, and the last calibration job's record (``POST /v1/calibration``)."""
+    from .calibration import CalibrationJobs
+
+    cal = getattr(engine.snapshot.pipeline, "catalog_calibration", None)
+    root = getattr(engine.store, "root", None)
+    job = CalibrationJobs(root).state() if root is not None and not getattr(engine.store, "read_through", False) \
+        else None
+    return {"in_effect": cal.to_dict() if cal is not None else None, "job": job}
 
 
 @functools.cache

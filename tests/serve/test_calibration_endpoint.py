@@ -179,3 +179,16 @@ def test_an_index_that_cannot_carry_one_is_refused(make_client, monkeypatch):
     r = client.post("/v1/calibration", headers=auth("ops"))
     assert r.status_code == 501 and r.json()["error"]["code"] == "calibration_unsupported", r.text
     assert client.get("/v1/calibration", headers=auth("ops")).json()["state"] == "none"
+
+
+def test_the_console_shows_the_calibration_in_effect_and_the_last_job(service, monkeypatch):
+    from real_app import KEYS
+
+    assert service.post("/ui/login", data={"key": KEYS["ops"]}, follow_redirects=False).status_code == 303
+    page = service.get("/ui/service").text
+    assert 'id="calibration"' in page and "none: the shipped probabilities" in page and "last job" in page
+    use(monkeypatch, ProbeClient())
+    service.post("/v1/calibration", headers=key("ops"))
+    assert wait_done(service)["state"] == "done"
+    page = service.get("/ui/service").text
+    assert "probabilities mapped by sigmoid(" in page and "decisions unchanged" in page and "done: calibration probes" in page
