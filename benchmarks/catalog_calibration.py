@@ -53,18 +53,26 @@ def first_searches(rows: list[dict], twins: bool = False) -> list[dict]:
 
 
 def load_fits(items: Path | list[Path], judged: list[Path]):
-    """``fits(row)``: whether a row's first tool is judged to fit (None: not judged); several items files are read
-    with the answers of all ``judged`` files (their request ids must not repeat)."""
-    from retrieval.evaluation.judged import fits, read_judged
+    """``fits(row)``: whether a row's first tool is judged to fit (None: the request was not judged; a tool the
+    judge did not read for a judged request counts as not fitting, and ``fits.read(row)`` says whether it read
+    it). Several items files are read with the answers of all ``judged`` files; a request judged in two of them
+    (a later judgment of tools another search found) has the union of what was read."""
+    from retrieval.evaluation.judged import base_id, fits, read_judged
 
     probs: dict = {}
     for path in [items] if isinstance(items, Path) else items:
-        got = read_judged(path, judged)
-        twice = set(got) & set(probs)
-        if twice:
-            raise ValueError(f"{path}: request {sorted(twice)[0]!r} is in another items file too")
-        probs.update(got)
-    return lambda r: fits(probs, r["id"], (r.get("tools1") or [None])[0])
+        for rid, p in read_judged(path, judged).items():
+            probs[rid] = {**p, **probs.get(rid, {})}   # a tool judged twice keeps its first judgment
+
+    def first(r: dict) -> bool | None:
+        return fits(probs, r["id"], (r.get("tools1") or [None])[0])
+
+    def read(r: dict) -> bool:
+        tool = (r.get("tools1") or [None])[0]
+        return tool is not None and tuple(tool) in probs.get(base_id(r["id"]), {})
+
+    first.read = read
+    return first
 
 
 def first_fits(r: dict, fits=None) -> bool:

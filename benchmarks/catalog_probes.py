@@ -172,7 +172,9 @@ def probe_cases(probes: list[dict], catalogs, rng: random.Random) -> list:
     return cases
 
 
-def run(folder: Path, seed: int, threads: int, model: Path) -> int:
+def run(folder: Path, seed: int, threads: int, model: Path, written: Path | None = None) -> int:
+    """First searches of every probe, its tool eligible and not; with ``written`` (an index folder, built once) the
+    MCP-Zero organisations' probes only, on the test servers' tools with written example requests."""
     from benchmarks.ablation import CachedScorer
     from benchmarks.judged_flow import _Catalogs
     from retrieval.evaluation.agent_flow import run_flow, shippable_rows
@@ -185,6 +187,11 @@ def run(folder: Path, seed: int, threads: int, model: Path) -> int:
         print(f"error: {folder}: no written probe requests (requests_*.jsonl)", file=sys.stderr)
         return 2
     catalogs, rng = _Catalogs(), random.Random(seed)
+    if written is not None:   # only MCP-Zero organisations draw from rng: the same organisations
+        from benchmarks.generated_examples import written_examples_index
+
+        catalogs.use("mcpzero-org", written_examples_index(written))
+        probes = [p for p in probes if p["catalog"] == "mcpzero-org"]
     scorer, policy = CachedScorer(Scorer.load(model, threads=threads)), Policy()
     rows = []
     for kind in sorted({p["catalog"] for p in probes}):
@@ -195,8 +202,10 @@ def run(folder: Path, seed: int, threads: int, model: Path) -> int:
         rows += run_flow(Pipeline(index, scorer, policy=policy), cases, modes, show_progress=True, desc=kind,
                          tail=False, first_only=True)
     environment = environment_stamp()
-    write_result(folder / "probe_flow.json", {"environment": environment, "rows": shippable_rows(rows)}, indent=0)
-    print(f"{len(rows)} first searches -> {folder / 'probe_flow.json'}")
+    name = "probe_flow_written.json" if written is not None else "probe_flow.json"
+    write_result(folder / name, {"environment": environment, "written_examples": written is not None,
+                                 "rows": shippable_rows(rows)}, indent=0)
+    print(f"{len(rows)} first searches -> {folder / name}")
     return 0
 
 
@@ -250,17 +259,19 @@ def mine(folder: Path, n_batches: int, seed: int) -> int:
 
 
 def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: list[Path], safe: float, proceed: float,
-          out: Path, probe_judged: list[Path] = ()) -> int:
+          out: Path, probe_judged: list[Path] = (), probe_flow: Path | None = None,
+          probe_items: list[Path] = ()) -> int:
     from benchmarks.catalog_calibration import _most_proceeding, _two_level, apply, first_fits, fit, load_fits
     from retrieval.evaluation.stats import ece, ece_floor
     from retrieval.pipeline.probes import fit_probes
     from retrieval.pipeline.recalibration import platt
 
     try:
-        probe_rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
+        probe_rows = json.loads((probe_flow or folder / "probe_flow.json").read_text())["rows"]
         real = [r for r in json.loads(report.read_text())["rows"] if r.get("mode") in MODES]
         fits = load_fits(items, judged) if items else None
-        probe_fits = load_fits(folder / "judge_items.jsonl", list(probe_judged)) if probe_judged else None
+        probe_fits = load_fits(list(probe_items) or [folder / "judge_items.jsonl"], list(probe_judged)) \
+            if probe_judged else None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: {exc} (run `catalog_probes.py run` first; --report takes an agent-flow result file)",
               file=sys.stderr)
@@ -274,10 +285,20 @@ def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: l
             rt = [r for r in real if r["catalog"] == kind and r["mode"] == mode and not r["answerable"]]
             if fits is not None:   # what the judge read, and labelled first tools (fits whatever it says)
                 ra = [r for r in ra if r.get("right1") or fits(r) is not None]
+                unread = sum(1 for r in ra if not r.get("right1") and r.get("tools1") and not fits.read(r))
+                if unread:
+                    print(f"[{kind} / {mode}: {unread} first tools the judge never read count as not fitting]",
+                          file=sys.stderr)
             if not pa_rows or not ra:
                 continue
             # a probe's first tool fits when it is the probe's tool or (with the probes' judge) judged to fit; a
             # twin's only when judged (without a judge none does)
+            if probe_fits is not None:
+                unread = sum(1 for r in pa_rows + pt_rows if not r.get("right1") and r.get("tools1")
+                             and not probe_fits.read(r))
+                if unread:
+                    print(f"[{kind} / {mode}: {unread} probes' first tools the judge never read count as not "
+                          "fitting]", file=sys.stderr)
             pa = np.array([r["best1"] for r in pa_rows])
             ya = np.array([first_fits(r, probe_fits) for r in pa_rows], dtype=float)
             pt = np.array([r["best1"] for r in pt_rows])
@@ -355,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--threads", type=int, default=2)
     r.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
+    r.add_argument("--written-examples", type=Path, metavar="INDEX_DIR",
+                   help="MCP-Zero organisations only, their tools with written example requests (the index is built "
+                        "into INDEX_DIR once; benchmarks/generated_examples.py); writes probe_flow_written.json")
     m = sub.add_parser("mine", help="the judge's items and batches for the probes' first tools")
     m.add_argument("--probes", type=Path, required=True)
     m.add_argument("--batches", type=int, default=6)
@@ -363,6 +387,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--probe-judged", type=Path, nargs="*", default=[],
                    help="the judge's answers on the probes (judge_items.jsonl of `mine`)")
     c.add_argument("--probes", type=Path, required=True)
+    c.add_argument("--probe-flow", type=Path, help="the probes' first searches (default: PROBES/probe_flow.json)")
+    c.add_argument("--probe-judged-items", type=Path, nargs="*", default=[],
+                   help="the probes' judge items (default: PROBES/judge_items.jsonl; several are read together)")
     c.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "agent_flow_report.json")
     c.add_argument("--judged-items", type=Path, nargs="*", default=[],
                    help="the judge's items of the real requests (several: their answers are read together)")
@@ -376,10 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "need-batches":
         return need_batches(a.probes, a.batches, a.seed)
     if a.cmd == "run":
-        return run(a.probes, a.seed, a.threads, a.model)
+        return run(a.probes, a.seed, a.threads, a.model, a.written_examples)
     if a.cmd == "mine":
         return mine(a.probes, a.batches, a.seed)
-    return check(a.probes, a.report, a.judged_items, a.judged, a.safe, a.proceed, a.out, a.probe_judged)
+    return check(a.probes, a.report, a.judged_items, a.judged, a.safe, a.proceed, a.out, a.probe_judged,
+                 a.probe_flow, a.probe_judged_items)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,23 @@ def merged_examples(dest: Path) -> int:
     return replaced
 
 
+def written_examples_index(path: Path):
+    """The shipped catalog indexed with example requests only where a user's index-time writer would have written
+    them for these measurements: the 75 test servers' tools with the generated ones (GENERATED), every other tool
+    without any (a test organisation never sees them); built once into ``path``."""
+    from retrieval.catalog.formats import load_default_catalog
+    from retrieval.catalog.model import ToolId
+    from retrieval.index.embedded import ToolIndex
+
+    if (path / "manifest.json").exists():
+        return ToolIndex.load(path)
+    examples = {ToolId(r["server"], r["tool"]): list(r["examples"]) for r in read_rows(GENERATED)}
+    index = ToolIndex.build(load_default_catalog(with_examples=False).with_examples(examples), with_examples=True,
+                            show_progress=True)
+    index.save(path)
+    return index
+
+
 def toolrank_command() -> str:
     """The installed ``toolrank`` command beside this interpreter (the product's own entry point)."""
     found = shutil.which("toolrank", path=str(Path(sys.executable).parent)) or shutil.which("toolrank")

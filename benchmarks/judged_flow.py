@@ -87,6 +87,10 @@ class _Catalogs:
                 self._indexes[kind] = ToolIndex(self.catalog(kind), self._encoder, with_examples=False)
         return self._indexes[kind]
 
+    def use(self, kind: str, index) -> None:
+        """Search ``kind`` on ``index`` instead (e.g. its tools with written example requests)."""
+        self._indexes[kind] = index
+
     def catalog(self, kind: str):
         if kind not in self._catalogs:
             from retrieval.evaluation.corpora import load_corpus, shippable_tool

@@ -125,7 +125,20 @@ def _new_cases(per_kind: int, seed: int, index) -> list:
     return cases
 
 
-def run(out: Path, per_kind: int, seed: int, threads: int, model: Path) -> int:
+def _flow_cases(index) -> list:
+    """The agent flow's own MCP-Zero organisation cases, drawn again as ``agent_flow.flow_rows`` draws them (answerable
+    only; the same seed and needs give the same organisations)."""
+    from training.flow_cases import load_needs, mcpzero_cases
+
+    cases = [c for c in mcpzero_cases("test", load_needs(), 100, random.Random(0), index) if c.answerable]
+    if sorted(c.id for c in cases) != sorted({r["id"] for r in _old_rows() if r["catalog"] == "mcpzero-org"}):
+        raise SystemExit("the agent flow's MCP-Zero cases could not be drawn again (its needs or seed changed)")
+    return cases
+
+
+def run(out: Path, per_kind: int, seed: int, threads: int, model: Path, written: Path | None = None) -> int:
+    """First searches of the added requests; with ``written`` (an index folder, built once) only MCP-Zero
+    organisations, every request (the flow's too) searched on the test servers' tools with written examples."""
     from benchmarks.ablation import CachedScorer
     from benchmarks.judged_flow import _Catalogs
     from retrieval.evaluation.agent_flow import run_flow, shippable_rows
@@ -135,22 +148,78 @@ def run(out: Path, per_kind: int, seed: int, threads: int, model: Path) -> int:
 
     catalogs = _Catalogs()
     cases = _new_cases(per_kind, seed, catalogs.index("mcpzero-org"))
+    old = _old_rows()
+    kinds = ["mcpzero-org", *_kinds()]
+    if written is not None:
+        from benchmarks.generated_examples import written_examples_index
+
+        flow = _flow_cases(catalogs.index("mcpzero-org"))
+        catalogs.use("mcpzero-org", written_examples_index(written))
+        kinds, old = ["mcpzero-org"], []
+        cases = flow + [c for c in cases if c.catalog == "mcpzero-org"]
     scorer, policy = CachedScorer(Scorer.load(model, threads=threads)), Policy()
     rows = []
-    for kind in ["mcpzero-org", *_kinds()]:
+    for kind in kinds:
         cs = [c for c in cases if c.catalog == kind]
         if cs:
             rows += run_flow(Pipeline(catalogs.index(kind), scorer, policy=policy), cs, MODES, show_progress=True,
                              desc=kind, tail=False, first_only=True)
-    old = _old_rows()
     out.mkdir(parents=True, exist_ok=True)
-    write_result(out / "flow.json", {"environment": environment_stamp(), "per_kind": per_kind, "seed": seed,
-                                     "new": len(rows), "from_report": len(old),
-                                     "rows": old + shippable_rows(rows)}, indent=0)
-    counts = {k: sum(1 for r in old + rows if r["catalog"] == k and r["mode"] == "need")
-              for k in ["mcpzero-org", *_kinds()]}
-    print(f"{len(rows)} new first searches (+{len(old)} from the flow) -> {out / 'flow.json'}; requests per kind: "
+    name = "flow_written.json" if written is not None else "flow.json"
+    write_result(out / name, {"environment": environment_stamp(), "per_kind": per_kind, "seed": seed,
+                              "written_examples": written is not None, "new": len(rows), "from_report": len(old),
+                              "rows": old + shippable_rows(rows)}, indent=0)
+    counts = {k: sum(1 for r in old + rows if r["catalog"] == k and r["mode"] == "need") for k in kinds}
+    print(f"{len(rows)} first searches (+{len(old)} from the flow) -> {out / name}; requests per kind: "
           + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
+
+
+def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], probes: Path | None, seed: int,
+                n_batches: int) -> int:
+    """Judge items for first searches whose first tool no judgment read yet (labelled ones aside): each
+    request with the tools of its first five (both modes) that were never judged for it, shuffled."""
+    from benchmarks.catalog_calibration import load_fits
+    from benchmarks.catalog_probes import load_probes
+    from benchmarks.judged_flow import _Catalogs, shippable_items
+    from retrieval.evaluation.judged import base_id, read_judged
+    from retrieval.jsonl import write_jsonl
+    from training.refresh_lists import batch_text, seed_of
+
+    rows = json.loads(flow.read_text())["rows"]
+    fits = load_fits(items, judged)
+    seen: dict[str, set] = {}
+    for path in items:
+        for rid, p in read_judged(path, judged).items():
+            seen.setdefault(rid, set()).update(p)
+    needing = {base_id(r["id"]) for r in rows if r.get("tools1") and not r.get("right1") and not fits.read(r)}
+    catalogs, cands, kinds = _Catalogs(), {}, {}
+    for r in rows:
+        pid = base_id(r["id"])
+        if pid not in needing:
+            continue
+        kinds[pid] = r["catalog"]
+        got = cands.setdefault(pid, {})
+        for t in r.get("tools1", [])[:5]:
+            real = catalogs.real(r["catalog"], t)
+            if real is not None and tuple(t) not in seen.get(pid, set()):
+                got[tuple(real)] = None
+    text = {p["id"]: p["request"] for p in load_probes(probes)} if probes is not None else _requests(set(cands))
+    todo = []
+    for pid in sorted(cands):
+        order = list(cands[pid])
+        random.Random(seed_of(f"{seed}:{pid}")).shuffle(order)
+        todo.append({"id": pid, "catalog": kinds[pid], "query": text[pid],
+                     "candidates": [{"server": a, "tool": b} for a, b in order]})
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "judge_items.jsonl", shippable_items(todo))
+    random.Random(seed).shuffle(todo)
+    for b in range(n_batches):
+        part = todo[b::n_batches]
+        (out / f"judge_batch_{b + 1:02d}.txt").write_text(
+            "\n".join(batch_text([o], catalogs.catalog(o["catalog"])) for o in part), encoding="utf-8")
+    print(f"{len(todo)} requests with an unread first tool, {sum(len(o['candidates']) for o in todo)} candidates -> "
+          f"{out}/judge_items.jsonl, {n_batches} judge batches")
     return 0
 
 
@@ -225,13 +294,27 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--batches", type=int, default=6)
         s.add_argument("--threads", type=int, default=2)
         s.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
+        if name == "run":
+            s.add_argument("--written-examples", type=Path, metavar="INDEX_DIR",
+                           help="MCP-Zero organisations only, their tools with written example requests (the index "
+                                "is built into INDEX_DIR once; benchmarks/generated_examples.py)")
+    u = sub.add_parser("mine-unread", help="judge items for first tools no judgment read yet")
+    u.add_argument("--flow", type=Path, required=True, help="a flow file (run's, or catalog_probes' probe_flow.json)")
+    u.add_argument("--out", type=Path, required=True)
+    u.add_argument("--judged-items", type=Path, nargs="+", required=True)
+    u.add_argument("--judged", type=Path, nargs="+", required=True)
+    u.add_argument("--probes", type=Path, help="the probes' folder, when --flow holds probe searches")
+    u.add_argument("--seed", type=int, default=0)
+    u.add_argument("--batches", type=int, default=4)
     a = p.parse_args(argv)
+    if a.cmd == "mine-unread":
+        return mine_unread(a.flow, a.out, a.judged_items, a.judged, a.probes, a.seed, a.batches)
     if a.per_kind < 1:
         p.error("--per-kind must be at least 1")
     if a.cmd == "need-batches":
         return need_batches(a.out, a.per_kind, a.seed, a.batches)
     if a.cmd == "run":
-        return run(a.out, a.per_kind, a.seed, a.threads, a.model)
+        return run(a.out, a.per_kind, a.seed, a.threads, a.model, a.written_examples)
     return mine(a.out, a.batches, a.seed)
 
 

@@ -254,3 +254,28 @@ def cc_half(i):
     import hashlib
 
     return hashlib.sha1(i.encode()).digest()[0] % 2
+
+
+def test_judgments_from_several_item_files_are_read_together_and_unread_tools_are_known(tmp_path):
+    import json
+
+    from benchmarks.catalog_calibration import load_fits
+
+    def write(name, rows):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return tmp_path / name
+
+    first = write("a.jsonl", [{"id": "q1", "catalog": "k", "candidates": [{"server": "S", "tool": "x"}]}])
+    later = write("b.jsonl", [{"id": "q1", "catalog": "k", "candidates": [{"server": "S", "tool": "y"},
+                                                                          {"server": "S", "tool": "x"}]},
+                              {"id": "q2", "catalog": "k", "candidates": [{"server": "S", "tool": "z"}]}])
+    answers = [write("ja.jsonl", [{"id": "q1", "n": 1, "p": {"1": 0.9}}]),
+               write("jb.jsonl", [{"id": "q2", "n": 1, "p": {"1": 0.1}}])]
+    fits = load_fits([first, later], answers)
+    row = lambda rid, tool: {"id": rid, "tools1": [["S", tool]]}   # noqa: E731
+    assert fits(row("q1", "x")) is True                   # read in the first file's judgment
+    assert fits(row("q2", "z")) is False and fits(row("q3", "z")) is None
+    assert fits.read(row("q1", "x")) and not fits.read(row("q1", "w")) and not fits.read(row("q3", "z"))
+    assert fits(row("q1", "w")) is False                  # judged request, tool never read: not a fit, and known
+    # q1 of the second file has no answer of its own (its n differs): the first file's judgment stands alone
+    assert not fits.read(row("q1", "y"))

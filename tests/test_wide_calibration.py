@@ -1,0 +1,43 @@
+"""benchmarks/wide_calibration.py: the judge is asked only about first tools no judgment read yet."""
+
+import json
+
+from fakes import tiny_catalog
+
+from benchmarks import judged_flow, wide_calibration as wc
+
+
+class _Catalogs:
+    def real(self, kind, tool):
+        return list(tool)
+
+    def catalog(self, kind):
+        return tiny_catalog()
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_only_unread_unlabelled_first_tools_go_to_the_judge(tmp_path, monkeypatch):
+    monkeypatch.setattr(judged_flow, "_Catalogs", _Catalogs)
+    monkeypatch.setattr(wc, "_requests", lambda ids: {i: f"request {i}" for i in ids})
+    gh, sl, wx = ["GitHub", "create_issue"], ["Slack", "post_message"], ["Weather", "get_forecast"]
+    rows = [
+        {"id": "a", "catalog": "mcpzero-org", "mode": "need", "tools1": [gh, sl], "right1": True},      # labelled: no judge
+        {"id": "b", "catalog": "mcpzero-org", "mode": "need", "tools1": [sl, gh], "right1": False},     # read before
+        {"id": "c", "catalog": "mcpzero-org", "mode": "need", "tools1": [wx, sl, gh], "right1": False},  # never read
+        {"id": "c", "catalog": "mcpzero-org", "mode": "request_only", "tools1": [sl], "right1": False},
+    ]
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"rows": rows}))
+    items = _write(tmp_path / "items.jsonl", [{"id": "b", "catalog": "mcpzero-org", "candidates": [{"server": "Slack", "tool": "post_message"}]},
+                                              {"id": "c", "catalog": "mcpzero-org", "candidates": [{"server": "Slack", "tool": "post_message"}]}])
+    judged = _write(tmp_path / "judged.jsonl", [{"id": "b", "n": 1, "p": {"1": 0.9}}, {"id": "c", "n": 1, "p": {}}])
+    out = tmp_path / "out"
+    assert wc.mine_unread(flow, out, [items], [judged], None, 0, 1) == 0
+    got = [json.loads(line) for line in (out / "judge_items.jsonl").read_text().splitlines()]
+    assert [g["id"] for g in got] == ["c"]                       # only the request whose first tool was never read
+    assert sorted((c["server"], c["tool"]) for c in got[0]["candidates"]) == [tuple(gh), tuple(wx)]   # not Slack again
+    assert "request c" in (out / "judge_batch_01.txt").read_text()
