@@ -233,6 +233,8 @@ def _lifespan(state: ServiceState, pipeline: Any | None) -> Callable[[FastAPI], 
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            if state.calibration_jobs is not None:   # a running calibration records that it stopped
+                await anyio.to_thread.run_sync(state.calibration_jobs.shutdown)
             if private is not None:
                 shutil.rmtree(private, ignore_errors=True)
             log.info("stopped")

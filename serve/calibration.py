@@ -1,30 +1,33 @@
 """A served catalog calibrates itself: ``POST /v1/calibration`` (admin) runs ``toolrank index --calibrate``'s
 probes (:mod:`retrieval.pipeline.probes`) on the index the service serves, in the background, and saves the
-map with it as a new index version; ``GET /v1/calibration`` says how far it got and what it saved.
+map with it as a new index version; ``GET /v1/calibration`` says how far it got and what it saved;
+``DELETE /v1/calibration`` stops it.
 
 Why a service needs it: a catalog changed over HTTP (``PUT`` / ``DELETE /v1/servers/...``) drops the
 calibration it had (it was measured on other tools), and until now only an index built offline could get one.
 
 One calibration runs at a time per store, whichever worker or replica started it: the worker running it holds
 an exclusive ``flock`` on ``<store>/.calibration.lock`` for as long as it runs (the system releases it if the
-process dies), and writes its progress to ``<store>/calibration-job.json`` (replaced atomically), which every
-worker reads. A job the file says is running while nobody holds the lock was interrupted (the worker
-stopped); starting again reuses what the endpoint already wrote (``<store>/probes-cache.jsonl``, keyed by
-the tools' content, as the command-line cache). The probes are searched on a copy of the served version
-without its calibration (the shipped scale); the map is saved only if the newest version still holds the
-same tools (a catalog changed meanwhile is reported, nothing saved). Decisions do not change: the zone
-thresholds move with the probabilities (docs/day-one.md).
+process dies), and writes its progress to ``<store>/calibration-job.json`` (replaced atomically, readable by
+every worker and read-only replica), which names the worker (host and pid). A job the file says is running
+while nobody holds the lock was interrupted (the worker stopped); starting again reuses what the endpoint
+already wrote (``<store>/probes-cache.jsonl``, keyed by the tools' content, as the command-line cache). A stop
+is asked for through ``<store>/.calibration.stop`` (any worker may write it; the running one reads it before
+each call to the endpoint); a worker shutting down stops its own job the same way. The probes are searched on a
+copy of the newest version without its calibration (the shipped scale); the map is saved only if the newest
+version still holds the same tools (a catalog changed meanwhile is reported, nothing saved). Decisions do not
+change: the zone thresholds move with the probabilities (docs/day-one.md).
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
-import errno
 import fcntl
 import json
 import logging
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -33,14 +36,16 @@ from typing import Any
 
 from .engine import CatalogChanged, Engine
 
-__all__ = ["CalibrationJobs", "CalibrationRunning", "STATE_FILE", "LOCK_FILE", "CACHE_FILE"]
+__all__ = ["CalibrationJobs", "CalibrationRunning", "STATE_FILE", "LOCK_FILE", "STOP_FILE", "CACHE_FILE"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "calibration-job.json"
 LOCK_FILE = ".calibration.lock"
+STOP_FILE = ".calibration.stop"
 CACHE_FILE = "probes-cache.jsonl"
 _WRITE_EVERY_S = 1.0   # progress is written at most this often (and at each phase change)
+_LOCK_TRIES_S = 0.2    # a POST waits this long for a lock another worker only looks at (GET probes it)
 
 
 class CalibrationRunning(RuntimeError):
@@ -58,37 +63,50 @@ class CalibrationJobs:
         self.root = Path(root)
         self._mutex = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     # ------------------------------------------------------------------ reading
 
     def state(self) -> dict[str, Any]:
         """The last job's record (``{"state": "none"}`` before any); a job recorded as running that no worker
         runs any more reads ``interrupted``."""
+        data = self._read()
+        if data.get("state") == "running" and not self._running_somewhere():
+            again = self._read()   # it may have ended between the two looks
+            if again.get("state") == "running" and again.get("started_at") == data.get("started_at"):
+                return {**again, "state": "interrupted",
+                        "message": "the worker running it stopped before it finished; start it again (what the "
+                                   "LLM endpoint already wrote is reused)"}
+            return again
+        return data
+
+    def _read(self) -> dict[str, Any]:
+        from .schemas import CalibrationJob
+
         try:
             data = json.loads((self.root / STATE_FILE).read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError("not an object")
+            CalibrationJob.model_validate(data)   # a record this release cannot answer with is no record
+            return data
         except FileNotFoundError:
             return {"state": "none", "message": "no calibration was started on this store"}
-        except (OSError, ValueError) as exc:
-            return {"state": "none", "message": f"the job record {STATE_FILE} cannot be read ({exc}); "
-                                                "start a calibration to write a new one"}
-        if data.get("state") == "running" and not self._running_somewhere():
-            data = {**data, "state": "interrupted",
-                    "message": "the worker running it stopped before it finished; start it again (what the LLM "
-                               "endpoint already wrote is reused)"}
-        return data
+        except (OSError, ValueError) as exc:   # pydantic's ValidationError is a ValueError
+            return {"state": "none", "message": f"the job record {STATE_FILE} cannot be read "
+                                                f"({' '.join(str(exc).split())[:200]}); start a calibration to "
+                                                "write a new one"}
 
     def _running_somewhere(self) -> bool:
         with self._mutex:
             if self._thread is not None and self._thread.is_alive():
                 return True
-        fd = self._open_lock(create=False)
-        if fd is None:
+        try:   # flock needs no write access: a read-only replica can look too
+            fd = os.open(self.root / LOCK_FILE, os.O_RDONLY)
+        except FileNotFoundError:
             return False
+        except OSError:   # cannot look: do not call a running job interrupted
+            return True
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
             return True
         else:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -99,8 +117,8 @@ class CalibrationJobs:
     # ------------------------------------------------------------------ running
 
     def start(self, engine: Engine, client: Any, probes: int) -> dict[str, Any]:
-        """Start probing the served version through ``client`` (a chat client, closed when the job ends);
-        the job's first record.
+        """Start probing the newest version through ``client`` (a chat client; the job closes it when it ends,
+        this call when it raises); the job's first record.
 
         Raises:
             CalibrationRunning: one is running on this store already.
@@ -108,20 +126,17 @@ class CalibrationJobs:
         """
         with self._mutex:
             if self._thread is not None and self._thread.is_alive():
-                raise CalibrationRunning("a calibration of this catalog is already running")
-            fd = self._open_lock(create=True)
-            assert fd is not None
+                raise CalibrationRunning("a calibration of this catalog is already running (in this worker)")
+            fd = self._lock()
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise CalibrationRunning("a calibration of this catalog is already running (in another worker)") \
-                    from None
-            try:
+                self._clear_stop()
+                self._clean_leftovers()
+                self._stop.clear()
+                engine.refresh()   # the store's newest version, not one a poll behind
                 snap = engine.snapshot
                 job = {"state": "running", "probes": int(probes), "probed_version": snap.version,
-                       "started_at": _now(), "phase": "starting", "done": 0, "total": 0,
-                       "message": "probing the served catalog"}
+                       "started_at": _now(), "worker": f"{socket.gethostname()}:{os.getpid()}",
+                       "phase": "starting", "done": 0, "total": 0, "message": "probing the served catalog"}
                 self._write(job)
                 self._thread = threading.Thread(target=self._run, args=(fd, engine, snap, client, job), daemon=True,
                                                 name="toolrank-calibration")
@@ -132,33 +147,85 @@ class CalibrationJobs:
                 raise
             return dict(job)
 
+    def _lock(self) -> int:
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        end = time.monotonic() + _LOCK_TRIES_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() < end:   # a reader's brief look, or a job: ask again shortly
+                    time.sleep(0.02)
+                    continue
+                os.close(fd)
+                raise CalibrationRunning("a calibration of this catalog is already running (in another worker)") \
+                    from None
+            except BaseException:
+                os.close(fd)
+                raise
+
+    def request_stop(self) -> bool:
+        """Ask the running job to stop (whichever worker runs it): it ends after the endpoint calls in flight,
+        keeping what they wrote; False when none runs."""
+        if not self._running_somewhere():
+            return False
+        self._stop.set()
+        try:
+            (self.root / STOP_FILE).touch()
+        except OSError as exc:
+            if self._thread is None or not self._thread.is_alive():   # only another worker could read it
+                raise
+            log.warning("could not write %s (%s); stopping this worker's job only", STOP_FILE, exc)
+        return True
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop this worker's job (the service is stopping) and wait up to ``timeout`` s for it to record so."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        self._stop.set()
+        thread.join(timeout)
+
     def wait(self, timeout: float | None = None) -> None:
-        """Wait for this worker's job to end (tests, shutdown)."""
+        """Wait for this worker's job to end (tests)."""
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
+
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or (self.root / STOP_FILE).exists()
+
+    def _clear_stop(self) -> None:
+        try:
+            (self.root / STOP_FILE).unlink()
+        except FileNotFoundError:
+            pass
 
     def _run(self, fd: int, engine: Engine, snap: Any, client: Any, job: dict[str, Any]) -> None:
         from retrieval.pipeline.probes import write_probes
 
         try:
-            index = copy.copy(snap.index)   # the served version, read without its calibration (the shipped scale)
-            index.calibration = None
-            tools = index.tool_hashes()
-            pipeline = engine.pipeline_for(index)
             with client:
+                index = copy.copy(snap.index)   # read only (never changed: upserts change a freshly loaded copy),
+                index.calibration = None        # without its calibration: the shipped scale
+                tools = index.tool_hashes()
+                pipeline = engine.pipeline_for(index)
                 outcome = write_probes(pipeline, client, self.root / CACHE_FILE, n=job["probes"],
-                                       progress=self._progress(job))
+                                       progress=self._progress(job), stop=self._stopping)
             job["message"] = outcome.format()
-            if outcome.calibration is None:
-                job["state"] = "failed"
+            if outcome.calibration is None or outcome.stopped:
+                job["state"] = "stopped" if outcome.stopped else "failed"
+                if outcome.stopped:
+                    job["message"] += "; nothing saved (what the endpoint wrote is kept: start again to go on)"
             else:
+                self._progress(job)("saving", 0, 1)
                 try:
                     saved = engine.set_calibration(outcome.calibration.to_dict(), tools)
                 except CatalogChanged as exc:
                     job.update(state="failed", message=f"{job['message']}; {exc}")
                 else:
-                    job.update(state="done", saved_version=saved.version,
+                    job.update(state="done", saved_version=saved.version, done=1,
                                calibration=outcome.calibration.to_dict())
                     if outcome.error:   # fitted on what finished; the rest can be written by a later run
                         job["message"] += "; start again to probe the rest"
@@ -171,6 +238,7 @@ class CalibrationJobs:
                 self._write(job)
             except OSError:
                 log.exception("could not write the calibration job's record")
+            self._clear_stop()
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             log.info("catalog calibration %s: %s", job["state"], job["message"])
@@ -192,21 +260,22 @@ class CalibrationJobs:
 
     # ------------------------------------------------------------------ files
 
-    def _open_lock(self, create: bool) -> int | None:
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        try:
-            return os.open(self.root / LOCK_FILE, flags, 0o644)
-        except OSError as exc:
-            if not create and exc.errno in (errno.ENOENT, errno.EACCES, errno.EROFS):
-                return None
-            raise
-
     def _write(self, job: dict[str, Any]) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{STATE_FILE}.", dir=self.root)
         try:
+            os.fchmod(fd, 0o644)   # every worker and replica reads it, whoever runs them
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(job, f, ensure_ascii=False, indent=1)
             os.replace(tmp, self.root / STATE_FILE)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def _clean_leftovers(self) -> None:
+        """Temporary record files a crash left half-written (older than a minute: no write is that slow)."""
+        for path in self.root.glob(f".{STATE_FILE}.*"):
+            try:
+                if time.time() - path.stat().st_mtime > 60:
+                    path.unlink()
+            except OSError:
+                pass

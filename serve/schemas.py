@@ -322,12 +322,14 @@ class CalibrationRequest(_Body):
 
 
 class CalibrationJob(BaseModel):
-    state: Literal["none", "running", "done", "failed", "interrupted"] = Field(
+    state: Literal["none", "running", "done", "failed", "stopped", "interrupted"] = Field(
         description="none: never started on this store; running; done: the map was saved as `saved_version`; "
-                    "failed: nothing saved (`message` says why); interrupted: the worker running it stopped.")
+                    "failed: nothing saved (`message` says why); stopped: stopped on request (DELETE, or its worker "
+                    "shutting down), nothing saved; interrupted: the worker running it died.")
     message: str = Field("", description="What it measured and fitted, or why it stopped, in words.")
-    phase: str | None = Field(None, description="While running: starting, writing (probe requests and needs), "
-                                                "searching, judging (first tools that are not the probe's own).")
+    phase: str | None = Field(None, description="starting, writing (probe requests and needs), searching, judging "
+                                                "(first tools that are not the probe's own), saving.")
+    worker: str | None = Field(None, description="The worker that runs or ran it (host:pid).")
     done: int = Field(0, ge=0, description="Work of the current phase finished.")
     total: int = Field(0, ge=0, description="Work of the current phase in all.")
     probes: int | None = Field(None, description="Tools asked to probe.")

@@ -31,8 +31,8 @@ change drops its calibration (re-index).
 
 from __future__ import annotations
 
+import hashlib
 import logging
-import random
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,6 +61,7 @@ MIN_PROBES = 20       # fewer searches say too little about a catalog's level
 STYLES = ("plain", "concrete", "goal", "question", "casual")
 VOICES = ("terse", "verbose", "platform", "plain", "first_step")
 FITS_AT = 0.5         # a judged probability at or over this: the first tool fits
+STOPPED = "stopped on request"
 
 
 @dataclass(frozen=True)
@@ -122,14 +123,17 @@ class CatalogCalibration:
 
 def plan_probes(catalog: Catalog, n: int = DEFAULT_PROBES, seed: int = 0,
                 min_probes: int = (MIN_PROBES * 13 + 19) // 20) -> list[tuple[Tool, int]]:
-    """``(tool, k)`` for ``max(n, min_probes)`` tools drawn uniformly from ``catalog`` (the same draw for the same
-    catalog and seed); a catalog of fewer than ``min_probes`` tools is probed more than once per tool (``k`` = 0,
-    1, ...) until ``min_probes`` probes.
+    """``(tool, k)`` for ``max(n, min_probes)`` tools drawn uniformly from ``catalog``; a catalog of fewer than
+    ``min_probes`` tools is probed more than once per tool (``k`` = 0, 1, ...) until ``min_probes`` probes.
     ``min_probes`` leaves a margin over the searches a fit needs (two per probe): a few probes left out (an
-    unusable reply, a shortcut's first tool) do not stop a small catalog from being calibrated."""
-    tools = sorted(catalog.tools, key=lambda t: (t.server, t.name))
+    unusable reply, a shortcut's first tool) do not stop a small catalog from being calibrated.
+
+    The draw is the ``n`` tools whose (seed, server, name) hashes rank lowest: uniform, and stable as the catalog
+    changes (a tool stays drawn until tools ranking lower arrive), so a re-calibration after a change asks the
+    endpoint again only for the tools that entered the draw or changed."""
     least = max(int(min_probes), 0)
-    drawn = random.Random(seed).sample(tools, min(max(int(n), least), len(tools)))
+    ranked = sorted(catalog.tools, key=lambda t: hashlib.sha1(f"{seed}\x00{t.server}\x00{t.name}".encode()).digest())
+    drawn = ranked[:min(max(int(n), least), len(ranked))]
     jobs = [(t, 0) for t in drawn]
     k = 1
     while drawn and len(jobs) < least:
@@ -175,6 +179,7 @@ class ProbeOutcome:
     error: str | None = None       # why the run stopped early, when it did
     needed: int = MIN_PROBES
     waiting: int = 0               # searches whose first tool still awaits a judgment (the run stopped)
+    stopped: bool = False          # stopped on request (``stop``): nothing fitted
 
     def format(self) -> str:
         text = f"calibration probes: {self.written} written, {self.cached} from the cache"
@@ -183,6 +188,8 @@ class ProbeOutcome:
         if self.error:
             text += f"; stopped early: {self.error}"
         if self.calibration is None:
+            if self.stopped:
+                return text + "; stopped on request: no calibration fitted"
             if self.waiting:
                 why = f"{self.waiting} probe searches still await a judgment; rerun to judge them"
             else:
@@ -222,7 +229,8 @@ def _read_cache(path: str | Path) -> dict[tuple, dict]:
 def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | Path, *, n: int = DEFAULT_PROBES,
                  seed: int = 0, concurrency: int = 4, attempts: int = 3, show_progress: bool = False,
                  temperature: float = 0.7, min_searches: int = MIN_PROBES,
-                 progress: Callable[[str, int, int], None] | None = None) -> ProbeOutcome:
+                 progress: Callable[[str, int, int], None] | None = None,
+                 stop: Callable[[], bool] | None = None) -> ProbeOutcome:
     """Write, search and judge probes for ``pipeline``'s catalog, and fit its calibration.
 
     The cache (``cache``, appended as each reply comes) holds only what the endpoint wrote: each probe's request
@@ -231,7 +239,9 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     which may have changed), so only the endpoint's work is saved. A reply that does not give what was asked is
     recorded as skipped (not asked again, left out of the fit); the endpoint failing stops the run, and what
     finished is used. ``progress(phase, done, total)`` is told as each phase starts and as its work finishes
-    (phases "writing", "searching", "judging"; the service's calibration job reports it).
+    (phases "writing", "searching", "judging"; the service's calibration job reports it). ``stop()`` is asked
+    before each call to the endpoint and each search: once true, no new work starts, what finished is cached, and
+    nothing is fitted (``stopped``).
     """
     from retrieval.index.examples import bare_hash
     from tqdm import tqdm
@@ -254,7 +264,12 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
 
     todo = [(i, t, k) for i, (t, k) in enumerate(jobs) if probe_key((i, t, k)) not in have]
 
+    def stopping() -> None:
+        if stop is not None and stop():
+            raise GenerationError(STOPPED)
+
     def write(job: tuple[int, Tool, int]) -> list[dict]:
+        stopping()
         i, tool, k = job
         row = {"kind": "probe", "server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "k": k}
         siblings = [s for s in catalog.server_tools(tool.server) if s.id != tool.id][:20]
@@ -277,15 +292,20 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     # the searches, on the index as it is now: the first tool of the answer and its probability
     found: list[tuple[Tool, str, float, ToolId]] = []
     searched = [(t, r) for t, r in probes if "skipped" not in r]
+    if progress is not None:
+        progress("searching", 0, len(searched))
     for i, (tool, row) in enumerate(tqdm(searched, desc="probe searches", unit="probe", disable=not show_progress)):
-        if progress is not None:
-            progress("searching", i, len(searched))
+        if error == STOPPED or (stop is not None and stop()):
+            error = STOPPED
+            break
         for with_need in (row["need"], None):
             result = pipeline.search(row["request"], with_need)
             if not result.tools or result.tools[0].source in ("exact_name", "always_available"):
                 continue   # a shortcut's probability is a policy floor, not a calibrated number
             first = result.tools[0]
             found.append((tool, row["request"], float(first.probability), first.tool_id))
+        if progress is not None:
+            progress("searching", i + 1, len(searched))
 
     def judgment_key(request: str, tid: ToolId) -> tuple:   # the judge reads the card, not the examples
         judged = catalog.get(tid)
@@ -295,6 +315,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     judge_todo = [v for key, v in asks.items() if key not in have and catalog.get(v[1]) is not None]
 
     def judge(job: tuple[str, ToolId]) -> list[dict]:
+        stopping()
         request, tid = job
         tool = catalog.get(tid)
         row = {"kind": "judgment", "request": request, "server": tid.server, "tool": tid.tool,
@@ -325,9 +346,10 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         searches.append((best, float(verdict["p_yes"]) >= FITS_AT))
     # a run stopped before every judgment: what is known is the probes' own first tools (all fits), so a fit
     # on it would lean up; none until the rest are judged
-    cal = fit_probes(searches, pipeline.model_key, min_searches) if not waiting else None
-    return ProbeOutcome(cal, written, len(jobs) - len(todo), len(searches), skipped + len(unusable), error,
-                        max(int(min_searches), 1), waiting)
+    stopped = error == STOPPED
+    cal = fit_probes(searches, pipeline.model_key, min_searches) if not (waiting or stopped) else None
+    return ProbeOutcome(cal, written, len(jobs) - len(todo), len(searches), skipped + len(unusable),
+                        None if stopped else error, max(int(min_searches), 1), waiting, stopped)
 
 
 def _run(jobs: list, work, out: JsonlOutput, client: ChatClient | None, concurrency: int, show_progress: bool,

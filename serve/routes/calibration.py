@@ -1,5 +1,6 @@
 """The served catalog's own calibration: ``POST /v1/calibration`` starts it in the background (admin),
-``GET /v1/calibration`` says how it goes (admin). See :mod:`serve.calibration`."""
+``GET /v1/calibration`` says how it goes, ``DELETE /v1/calibration`` stops it (admin). See
+:mod:`serve.calibration`."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _answer(job: dict, snap: ServedSnapshot) -> CalibrationJob:
 
 
 @router.post("/v1/calibration", response_model=CalibrationJob, status_code=202, tags=["catalog"],
-             responses={**ADMIN_ERRORS, **_RUNNING}, response_model_exclude_none=True,
+             responses={**ADMIN_ERRORS, **_RUNNING},
              summary="Calibrate the served catalog's probabilities from requests written for its tools (admin)",
              description=_DESCRIPTION)
 async def start_calibration(state: AppState, tenant: AdminTenant, engine: ServingEngine, snap: ServedSnapshot,
@@ -78,8 +79,10 @@ async def start_calibration(state: AppState, tenant: AdminTenant, engine: Servin
     return _answer(job, snap)
 
 
-@router.get("/v1/calibration", response_model=CalibrationJob, tags=["catalog"], response_model_exclude_none=True,
-            responses={k: v for k, v in {**ADMIN_ERRORS, **_RUNNING}.items() if k not in (405, 409, 413, 507)},
+_READ_ERRORS = {k: v for k, v in ADMIN_ERRORS.items() if k in (401, 403, 429, 503)}
+
+
+@router.get("/v1/calibration", response_model=CalibrationJob, tags=["catalog"], responses=_READ_ERRORS,
             summary="How the last calibration of the served catalog went, and the one in effect (admin)")
 async def calibration_state(state: AppState, tenant: AdminTenant, engine: ServingEngine,
                             snap: ServedSnapshot) -> CalibrationJob:
@@ -87,6 +90,20 @@ async def calibration_state(state: AppState, tenant: AdminTenant, engine: Servin
     job = await anyio.to_thread.run_sync(jobs.state) if jobs is not None else \
         {"state": "none", "message": "this index backend cannot carry a catalog calibration (Qdrant)"}
     return _answer(job, snap)
+
+
+@router.delete("/v1/calibration", response_model=CalibrationJob, tags=["catalog"],
+               responses={**_READ_ERRORS, 404: {"model": ErrorResponse, "description": "No calibration is running."}},
+               summary="Stop the running calibration of the served catalog (admin)",
+               description="The job stops after the LLM endpoint calls in flight (what they wrote is kept for the "
+                           "next run) and saves nothing; it reads `stopped` once it has.")
+async def stop_calibration(state: AppState, tenant: AdminTenant, engine: ServingEngine,
+                           snap: ServedSnapshot) -> CalibrationJob:
+    jobs = _jobs_for_reading(state, engine)
+    if jobs is None or not await write_to_store(jobs.request_stop, what="the stop request"):
+        raise ServiceError(404, "calibration_not_running", "no calibration of this catalog is running; "
+                           "GET /v1/calibration says how the last one ended")
+    return _answer(await anyio.to_thread.run_sync(jobs.state), snap)
 
 
 def _jobs_for_reading(state: AppState, engine: ServingEngine) -> CalibrationJobs | None:

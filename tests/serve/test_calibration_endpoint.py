@@ -121,7 +121,7 @@ def test_a_catalog_changed_while_probing_gets_no_calibration(service, monkeypatc
     gate.set()
     body = wait_done(service)
     assert body["state"] == "failed" and "changed while it was probed" in body["message"], body
-    assert "saved_version" not in body and "catalog_calibration" not in body
+    assert body["saved_version"] is None and body["catalog_calibration"] is None
     assert service.get("/readyz", headers=key("ops")).json()["catalog_calibration"] is None
 
 
@@ -131,7 +131,7 @@ def test_a_catalog_change_after_it_drops_the_calibration(service, monkeypatch):
     assert wait_done(service)["state"] == "done"
     assert service.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
     body = service.get("/v1/calibration", headers=key("ops")).json()
-    assert body["state"] == "done" and "catalog_calibration" not in body   # measured on other tools
+    assert body["state"] == "done" and body["catalog_calibration"] is None   # measured on other tools
 
 
 def test_a_failing_endpoint_saves_nothing_and_says_why(service, monkeypatch):
@@ -192,3 +192,100 @@ def test_the_console_shows_the_calibration_in_effect_and_the_last_job(service, m
     assert wait_done(service)["state"] == "done"
     page = service.get("/ui/service").text
     assert "probabilities mapped by sigmoid(" in page and "decisions unchanged" in page and "done: calibration probes" in page
+
+
+def test_a_calibrated_catalog_calibrates_again_and_the_lock_is_released(service, monkeypatch):
+    use(monkeypatch, ProbeClient())
+    service.post("/v1/calibration", headers=key("ops"))
+    first = wait_done(service)
+    again = ProbeClient()
+    use(monkeypatch, again)
+    assert service.post("/v1/calibration", headers=key("ops")).status_code == 202
+    second = wait_done(service)
+    assert second["state"] == "done", second                  # probed on the shipped scale, not through its own map
+    assert again.calls == 0 and "13 from the cache" in second["message"]
+    assert second["calibration"] == first["calibration"]      # the same probes read the same: the same map,
+    assert second["saved_version"] == first["saved_version"]  # and no new version for it
+    assert second["catalog_calibration"] == second["calibration"]
+
+
+def test_progress_names_the_phase_and_its_counts(service, monkeypatch):
+    gate = threading.Event()
+    use(monkeypatch, ProbeClient(gate))
+    service.post("/v1/calibration", json={"probes": 10}, headers=key("ops"))
+    end = time.monotonic() + 10
+    body = {}
+    while time.monotonic() < end:
+        body = service.get("/v1/calibration", headers=key("ops")).json()
+        if body.get("phase") == "writing":
+            break
+        time.sleep(0.02)
+    assert body["phase"] == "writing" and body["total"] == 13 and body["done"] == 0, body   # 8 tools: 13 probes
+    assert body["worker"].endswith(f":{__import__('os').getpid()}")
+    gate.set()
+    done = wait_done(service)
+    assert done["phase"] == "saving" and done["done"] == done["total"] == 1
+
+
+def test_a_stop_keeps_what_was_written_and_saves_nothing(service, monkeypatch, tmp_path):
+    assert service.delete("/v1/calibration", headers=key("ops")).status_code == 404
+    gate = threading.Event()
+    use(monkeypatch, ProbeClient(gate))
+    service.post("/v1/calibration", headers=key("ops"))
+    r = service.delete("/v1/calibration", headers=key("ops"))
+    assert r.status_code == 200 and r.json()["state"] == "running", r.text   # it stops after the calls in flight
+    gate.set()
+    body = wait_done(service)
+    assert body["state"] == "stopped" and "stopped on request" in body["message"], body
+    assert body["saved_version"] is None
+    assert service.get("/readyz", headers=key("ops")).json()["catalog_calibration"] is None
+    cache = tmp_path / "store" / "probes-cache.jsonl"
+    assert 0 < len(cache.read_text().splitlines()) < 13          # the calls in flight were kept, no more
+    assert service.delete("/v1/calibration", headers=key("ops")).status_code == 404
+    use(monkeypatch, ProbeClient())                                # and a new run goes on from there
+    service.post("/v1/calibration", headers=key("ops"))
+    assert wait_done(service)["state"] == "done"
+
+
+def test_a_worker_shutting_down_records_that_its_job_stopped(tmp_path, monkeypatch):
+    client = real_client(tmp_path)
+    gate = threading.Event()
+    use(monkeypatch, ProbeClient(gate))
+    assert client.post("/v1/calibration", headers=key("ops")).status_code == 202
+    threading.Timer(0.3, gate.set).start()
+    started = time.monotonic()
+    client.__exit__(None, None, None)
+    assert time.monotonic() - started < 10
+    record = json.loads((tmp_path / "store" / STATE_FILE).read_text())
+    assert record["state"] == "stopped" and record["finished_at"]
+
+
+def test_an_unreadable_or_foreign_record_is_no_record(service, tmp_path):
+    for record in ({}, {"state": "cancelled"}, {"state": "done", "done": -1}, [1]):
+        (tmp_path / "store" / STATE_FILE).write_text(json.dumps(record))
+        r = service.get("/v1/calibration", headers=key("ops"))
+        assert r.status_code == 200 and r.json()["state"] == "none" and "cannot be read" in r.json()["message"]
+
+
+def test_a_read_only_copy_reads_the_record_and_refuses_to_calibrate(tmp_path, monkeypatch):
+    writer = real_client(tmp_path)
+    writer.__exit__(None, None, None)
+    (tmp_path / "store" / STATE_FILE).write_text(json.dumps({"state": "failed", "message": "endpoint down"}))
+    copy = real_client(tmp_path, read_only=True)
+    try:
+        use(monkeypatch, ProbeClient())
+        r = copy.post("/v1/calibration", headers=key("ops"))
+        assert r.status_code == 405 and r.json()["error"]["code"] == "read_only_store"
+        body = copy.get("/v1/calibration", headers=key("ops")).json()
+        assert body["state"] == "failed" and body["message"] == "endpoint down"
+    finally:
+        copy.__exit__(None, None, None)
+
+
+def test_a_qdrant_store_is_refused(service, monkeypatch):
+    use(monkeypatch, ProbeClient())
+    monkeypatch.setattr(service.app.state.toolrank.engine.store, "read_through", True, raising=False)
+    monkeypatch.setattr(service.app.state.toolrank.engine, "refresh", lambda: False)
+    r = service.post("/v1/calibration", headers=key("ops"))
+    assert r.status_code == 501 and r.json()["error"]["code"] == "calibration_unsupported"
+    assert "Qdrant" in service.get("/v1/calibration", headers=key("ops")).json()["message"]

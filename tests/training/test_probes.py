@@ -404,3 +404,15 @@ def test_an_mcp_configuration_is_harvested_then_calibrated(llm, tmp_path, monkey
     assert pipe.catalog_calibration == cal                          # the shipped scorer, this release: used
     assert toolrank(["index", "--mcp-config", str(config), "--index", str(index_dir)]) == 0   # unchanged tools
     assert ToolIndex.load(index_dir).calibration == index.calibration                         # keep it
+
+
+def test_the_draw_is_stable_as_the_catalog_changes():
+    tools = [Tool(f"S{i // 5}", f"t{i}", f"does thing {i}") for i in range(60)]
+    before = {t.id for t, _ in plan_probes(Catalog(tools), 20)}
+    assert before == {t.id for t, _ in plan_probes(Catalog(list(reversed(tools))), 20)}     # order does not matter
+    added = Catalog(tools + [Tool("New", f"n{i}", "new") for i in range(5)])
+    after = {t.id for t, _ in plan_probes(added, 20)}
+    entered = after - before
+    assert len(after) == 20 and all(t.server == "New" for t in entered)        # only the new server's tools enter,
+    assert len(before - after) == len(entered) <= 5                            # each pushing one old tool out
+    assert before != {t.id for t, _ in plan_probes(Catalog(tools), 20, seed=1)}
