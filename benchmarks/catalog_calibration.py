@@ -52,16 +52,20 @@ def first_searches(rows: list[dict], twins: bool = False) -> list[dict]:
     return [r for r in rows if (twins or r.get("answerable")) and r.get("mode") in MODES]
 
 
+LATER = "#later"   # the id suffix of a request's later judgment (its own answer line: ids must not collide)
+
+
 def load_fits(items: Path | list[Path], judged: list[Path]):
     """``fits(row)``: whether a row's first tool is judged to fit (None: the request was not judged; a tool the
     judge did not read for a judged request counts as not fitting, and ``fits.read(row)`` says whether it read
-    it). Several items files are read with the answers of all ``judged`` files; a request judged in two of them
-    (a later judgment of tools another search found) has the union of what was read."""
+    it). Several items files are read with the answers of all ``judged`` files; a request judged again later (of
+    tools another search found: its id ends in ``LATER``) has the union of what was read."""
     from retrieval.evaluation.judged import base_id, fits, read_judged
 
     probs: dict = {}
     for path in [items] if isinstance(items, Path) else items:
         for rid, p in read_judged(path, judged).items():
+            rid = rid.split(LATER, 1)[0]   # a later judgment of the same request (wide_calibration.mine_unread)
             probs[rid] = {**p, **probs.get(rid, {})}   # a tool judged twice keeps its first judgment
 
     def first(r: dict) -> bool | None:

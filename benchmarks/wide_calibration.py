@@ -37,10 +37,11 @@ from pathlib import Path
 
 if __package__ in (None, ""):   # run as a file: the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import ROOT, environment_stamp, write_result  # noqa: E402
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
 
 NEEDS_WIDE = ROOT / "benchmarks" / "data" / "needs_wide.jsonl"
-REPORT = ROOT / "benchmarks" / "results" / "agent_flow_report.json"
+RESULTS = ROOT / "benchmarks" / "results"
+REPORT = RESULTS / "agent_flow_report.json"
 MODES = ("need", "request_only")
 VOICES = ("terse", "verbose", "platform", "plain", "first_step")   # training/data/briefs/needs_blind.md
 
@@ -165,21 +166,64 @@ def run(out: Path, per_kind: int, seed: int, threads: int, model: Path, written:
             rows += run_flow(Pipeline(catalogs.index(kind), scorer, policy=policy), cs, MODES, show_progress=True,
                              desc=kind, tail=False, first_only=True)
     out.mkdir(parents=True, exist_ok=True)
-    name = "flow_written.json" if written is not None else "flow.json"
-    write_result(out / name, {"environment": environment_stamp(), "per_kind": per_kind, "seed": seed,
-                              "written_examples": written is not None, "new": len(rows), "from_report": len(old),
-                              "rows": old + shippable_rows(rows)}, indent=0)
+    name = "rows_written.json" if written is not None else "rows.json"
+    environment = environment_stamp()
+    write_result(out / name, {"environment": environment, "per_kind": per_kind, "seed": seed,
+                              "written_examples": written is not None, "rows": _slim(shippable_rows(rows))}, indent=0)
     counts = {k: sum(1 for r in old + rows if r["catalog"] == k and r["mode"] == "need") for k in kinds}
-    print(f"{len(rows)} first searches (+{len(old)} from the flow) -> {out / name}; requests per kind: "
-          + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    print(f"{len(rows)} first searches -> {out / name} (with the flow's {len(old)}: requests per kind "
+          + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")")
+    print(stamp_line(environment))
     return 0
+
+
+_KEEP = ("id", "catalog", "mode", "answerable", "best1", "right1", "n_eligible")
+
+
+def _slim(rows: list[dict]) -> list[dict]:
+    """What the check reads of a first search: its first five tools, best probability and label."""
+    return [{**{k: r[k] for k in _KEEP if k in r}, "tools1": r.get("tools1", [])[:5]} for r in rows]
+
+
+def flow_file(rows: Path, dest: Path, with_report: bool = True) -> Path:
+    """``rows`` (``run``'s) with the agent flow's own answerable first searches, as one flow file at ``dest``."""
+    new = json.loads(rows.read_text())["rows"]
+    dest.write_text(json.dumps({"rows": (_old_rows() if with_report else []) + new}), encoding="utf-8")
+    return dest
+
+
+def check(rows: Path, out: Path, written: bool) -> int:
+    """``catalog_probes.check`` on the flow's rows and these, against every judgment of them (the flow's report
+    judges, this run's, and for the written-examples variant the judgments of first tools only it found)."""
+    import tempfile
+
+    from benchmarks.catalog_probes import check as probe_check
+
+    res = ROOT / "benchmarks" / "results" / "judged_flow"
+    probes = ROOT / "benchmarks" / "data" / "probes" / "report"
+    items = [res / "report" / "items.jsonl", res / "wide" / "items.jsonl"]
+    judged = sorted((res / "report").glob("judged_0*.jsonl")) + sorted((res / "wide").glob("judged_0*.jsonl"))
+    probe_items, probe_judged = [probes / "judge_items.jsonl"], sorted(probes.glob("judged_0*.jsonl"))
+    if written:
+        items.append(res / "written" / "items.jsonl")
+        judged += sorted((res / "written").glob("judged_0*.jsonl"))
+        probe_items.append(probes / "written_judge_items.jsonl")
+        probe_judged += sorted(probes.glob("written_judged_0*.jsonl"))
+    missing = [p for p in [rows, *items, *probe_items] if not p.is_file()]
+    if missing:
+        print(f"error: {missing[0]} is missing", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        flow = flow_file(rows, Path(tmp) / "flow.json", with_report=not written)
+        return probe_check(probes, flow, items, judged, 0.10, 0.83, out, probe_judged,
+                           probes / ("probe_flow_written.json" if written else "probe_flow.json"), probe_items)
 
 
 def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], probes: Path | None, seed: int,
                 n_batches: int) -> int:
     """Judge items for first searches whose first tool no judgment read yet (labelled ones aside): each
     request with the tools of its first five (both modes) that were never judged for it, shuffled."""
-    from benchmarks.catalog_calibration import load_fits
+    from benchmarks.catalog_calibration import LATER, load_fits
     from benchmarks.catalog_probes import load_probes
     from benchmarks.judged_flow import _Catalogs, shippable_items
     from retrieval.evaluation.judged import base_id, read_judged
@@ -209,7 +253,7 @@ def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], pr
     for pid in sorted(cands):
         order = list(cands[pid])
         random.Random(seed_of(f"{seed}:{pid}")).shuffle(order)
-        todo.append({"id": pid, "catalog": kinds[pid], "query": text[pid],
+        todo.append({"id": pid + (LATER if pid in seen else ""), "catalog": kinds[pid], "query": text[pid],
                      "candidates": [{"server": a, "tool": b} for a, b in order]})
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / "judge_items.jsonl", shippable_items(todo))
@@ -232,12 +276,10 @@ def mine(out: Path, n_batches: int, seed: int) -> int:
     from training.refresh_lists import batch_text, seed_of
 
     try:
-        data = json.loads((out / "flow.json").read_text())
+        rows = json.loads((out / "rows.json").read_text())["rows"]
     except (OSError, ValueError) as exc:
         print(f"error: {exc} (run `wide_calibration.py run` first)", file=sys.stderr)
         return 2
-    old = {r["id"] for r in _old_rows()}
-    rows = [r for r in data["rows"] if r["id"] not in old]
     needing = {base_id(r["id"]) for r in rows if r.get("tools1") and not r.get("right1")}
     catalogs, cands, kinds = _Catalogs(), {}, {}
     for r in rows:
@@ -299,14 +341,22 @@ def main(argv: list[str] | None = None) -> int:
                            help="MCP-Zero organisations only, their tools with written example requests (the index "
                                 "is built into INDEX_DIR once; benchmarks/generated_examples.py)")
     u = sub.add_parser("mine-unread", help="judge items for first tools no judgment read yet")
-    u.add_argument("--flow", type=Path, required=True, help="a flow file (run's, or catalog_probes' probe_flow.json)")
+    u.add_argument("--flow", type=Path, required=True,
+                   help="first searches (run's rows_written.json, or catalog_probes' probe_flow_written.json)")
     u.add_argument("--out", type=Path, required=True)
     u.add_argument("--judged-items", type=Path, nargs="+", required=True)
     u.add_argument("--judged", type=Path, nargs="+", required=True)
     u.add_argument("--probes", type=Path, help="the probes' folder, when --flow holds probe searches")
     u.add_argument("--seed", type=int, default=0)
     u.add_argument("--batches", type=int, default=4)
+    c = sub.add_parser("check", help="the probes' maps and the shipped probabilities read on every request")
+    c.add_argument("--rows", type=Path, default=RESULTS / "wide_calibration_rows.json")
+    c.add_argument("--written", action="store_true", help="the written-examples variant (its rows: --rows)")
+    c.add_argument("--out", type=Path)
     a = p.parse_args(argv)
+    if a.cmd == "check":
+        out = a.out or RESULTS / ("wide_calibration_written.json" if a.written else "wide_calibration.json")
+        return check(a.rows, out, a.written)
     if a.cmd == "mine-unread":
         return mine_unread(a.flow, a.out, a.judged_items, a.judged, a.probes, a.seed, a.batches)
     if a.per_kind < 1:

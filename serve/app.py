@@ -97,6 +97,15 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
         log.warning("%s", warning)
     if getattr(store, "read_only", False):
         state.notes["read_only"] = "read-only index store: catalog changes are refused"
+    if state.settings.calibrate_after_change_s is not None:
+        from retrieval.index.examples import llm_client
+
+        from .calibration import keep_calibrated
+        try:
+            llm_client().close()
+        except ValueError as exc:
+            raise ValueError(f"TOOLRANK_CALIBRATE_AFTER_CHANGE_S needs an LLM endpoint: {exc}") from None
+        keep_calibrated(state, engine, "start")
     state.scorer = scorer
     state.engine = engine
     state.status = "ready"

@@ -36,7 +36,8 @@ from typing import Any
 
 from .engine import CatalogChanged, Engine
 
-__all__ = ["CalibrationJobs", "CalibrationRunning", "STATE_FILE", "LOCK_FILE", "STOP_FILE", "CACHE_FILE"]
+__all__ = ["CalibrationJobs", "CalibrationRunning", "jobs_of", "keep_calibrated", "STATE_FILE", "LOCK_FILE", "STOP_FILE",
+           "CACHE_FILE"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,33 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def jobs_of(state: Any, engine: Engine) -> "CalibrationJobs | None":
+    """The app's calibration jobs for ``engine``'s store, made on first use; None where no calibration can be
+    saved (a Qdrant store, an index without tool hashes, a read-only store)."""
+    root = getattr(engine.store, "root", None)
+    if root is None or getattr(engine.store, "read_through", False) or getattr(engine.store, "read_only", False) \
+            or not hasattr(engine.snapshot.index, "tool_hashes"):
+        return None
+    jobs = state.calibration_jobs
+    if jobs is None or jobs.root != Path(root):
+        jobs = state.calibration_jobs = CalibrationJobs(root)
+    return jobs
+
+
+def keep_calibrated(state: Any, engine: Engine, trigger: str) -> None:
+    """The automatic calibration (``calibrate_after_change_s``): after a catalog change, or at start, schedule
+    one (it runs only if the served index then has no calibration)."""
+    delay = getattr(state.settings, "calibrate_after_change_s", None)
+    if delay is None:
+        return
+    jobs = jobs_of(state, engine)
+    if jobs is None:
+        log.warning("TOOLRANK_CALIBRATE_AFTER_CHANGE_S: this store cannot carry a calibration (read-only or Qdrant); "
+                    "no automatic calibration")
+        return
+    jobs.schedule(engine, state.settings.calibrate_probes, delay, trigger)
+
+
 class CalibrationJobs:
     """The calibration jobs of one index store folder (``root``)."""
 
@@ -64,6 +92,7 @@ class CalibrationJobs:
         self._mutex = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._timer: threading.Timer | None = None
 
     # ------------------------------------------------------------------ reading
 
@@ -116,7 +145,38 @@ class CalibrationJobs:
 
     # ------------------------------------------------------------------ running
 
-    def start(self, engine: Engine, client: Any, probes: int) -> dict[str, Any]:
+    def schedule(self, engine: Engine, probes: int, delay: float, trigger: str) -> None:
+        """Calibrate ``delay`` s from now unless asked again before (the last catalog change of a burst starts
+        it), and only if the served index then has no calibration: the service's automatic calibration
+        (``calibrate_after_change_s``). A job running then (here or in another worker) defers it again."""
+        with self._mutex:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(delay, self._fire, args=(engine, probes, delay, trigger))
+            self._timer.daemon = True
+            self._timer.name = "toolrank-calibration-timer"
+            self._timer.start()
+
+    def _fire(self, engine: Engine, probes: int, delay: float, trigger: str) -> None:
+        from retrieval.index.examples import llm_client
+
+        try:
+            engine.refresh()
+            if getattr(engine.snapshot.pipeline, "catalog_calibration", None) is not None:
+                return   # calibrated meanwhile (by another worker, or nothing changed the tools)
+            client = llm_client()
+            try:
+                self.start(engine, client, probes, trigger=trigger)
+            except CalibrationRunning:   # after the running one: it may have probed an older catalog
+                client.close()
+                self.schedule(engine, probes, max(delay, 5.0), trigger)
+            except BaseException:
+                client.close()
+                raise
+        except Exception:
+            log.exception("the automatic catalog calibration (%s) could not start", trigger)
+
+    def start(self, engine: Engine, client: Any, probes: int, trigger: str = "request") -> dict[str, Any]:
         """Start probing the newest version through ``client`` (a chat client; the job closes it when it ends,
         this call when it raises); the job's first record.
 
@@ -135,7 +195,7 @@ class CalibrationJobs:
                 engine.refresh()   # the store's newest version, not one a poll behind
                 snap = engine.snapshot
                 job = {"state": "running", "probes": int(probes), "probed_version": snap.version,
-                       "started_at": _now(), "worker": f"{socket.gethostname()}:{os.getpid()}",
+                       "started_at": _now(), "worker": f"{socket.gethostname()}:{os.getpid()}", "trigger": trigger,
                        "phase": "starting", "done": 0, "total": 0, "message": "probing the served catalog"}
                 self._write(job)
                 self._thread = threading.Thread(target=self._run, args=(fd, engine, snap, client, job), daemon=True,
@@ -181,6 +241,9 @@ class CalibrationJobs:
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop this worker's job (the service is stopping) and wait up to ``timeout`` s for it to record so."""
+        with self._mutex:
+            if self._timer is not None:
+                self._timer.cancel()
         thread = self._thread
         if thread is None or not thread.is_alive():
             return

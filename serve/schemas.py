@@ -330,6 +330,8 @@ class CalibrationJob(BaseModel):
     phase: str | None = Field(None, description="starting, writing (probe requests and needs), searching, judging "
                                                 "(first tools that are not the probe's own), saving.")
     worker: str | None = Field(None, description="The worker that runs or ran it (host:pid).")
+    trigger: str | None = Field(None, description="What started it: request (POST), a catalog change or start "
+                                                  "(the automatic calibration, TOOLRANK_CALIBRATE_AFTER_CHANGE_S).")
     done: int = Field(0, ge=0, description="Work of the current phase finished.")
     total: int = Field(0, ge=0, description="Work of the current phase in all.")
     probes: int | None = Field(None, description="Tools asked to probe.")

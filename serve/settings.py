@@ -116,6 +116,12 @@ class Settings(BackendSettings, RecalibrationSettings):
     write_examples_timeout_s: Seconds = Field(
         120.0, description="Bound on the example writing of one PUT /v1/servers/{name}?write_examples=true as a "
                            "whole; tools not written by then are indexed without examples (the answer says so).")
+    calibrate_after_change_s: Seconds | None = Field(
+        None, le=86_400, description="Keep the served catalog calibrated (docs/day-one.md section 4): this many "
+                                     "seconds after the last catalog change, and at start when the served index has "
+                                     "no calibration, run POST /v1/calibration's probes through the LLM endpoint "
+                                     "(TOOLRANK_LLM_*, required). Off by default.")
+    calibrate_probes: int = Field(100, ge=10, le=2000, description="Tools an automatic calibration probes.")
     feedback_max_mb: float = Field(
         8.0, gt=0, le=4096, description="A tenant's feedback log rotates past this size (one older part is kept, "
                                         "so a tenant's log stays under twice it).")

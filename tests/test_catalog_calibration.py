@@ -266,7 +266,7 @@ def test_judgments_from_several_item_files_are_read_together_and_unread_tools_ar
         return tmp_path / name
 
     first = write("a.jsonl", [{"id": "q1", "catalog": "k", "candidates": [{"server": "S", "tool": "x"}]}])
-    later = write("b.jsonl", [{"id": "q1", "catalog": "k", "candidates": [{"server": "S", "tool": "y"},
+    later = write("b.jsonl", [{"id": "q1#later", "catalog": "k", "candidates": [{"server": "S", "tool": "y"},
                                                                           {"server": "S", "tool": "x"}]},
                               {"id": "q2", "catalog": "k", "candidates": [{"server": "S", "tool": "z"}]}])
     answers = [write("ja.jsonl", [{"id": "q1", "n": 1, "p": {"1": 0.9}}]),
@@ -277,5 +277,7 @@ def test_judgments_from_several_item_files_are_read_together_and_unread_tools_ar
     assert fits(row("q2", "z")) is False and fits(row("q3", "z")) is None
     assert fits.read(row("q1", "x")) and not fits.read(row("q1", "w")) and not fits.read(row("q3", "z"))
     assert fits(row("q1", "w")) is False                  # judged request, tool never read: not a fit, and known
-    # q1 of the second file has no answer of its own (its n differs): the first file's judgment stands alone
+    # q1's later judgment has no answer line of its own: the first file's judgment stands alone
     assert not fits.read(row("q1", "y"))
+    fits = load_fits([first, later], [*answers, write("jc.jsonl", [{"id": "q1#later", "n": 2, "p": {"1": 0.7}}])])
+    assert fits(row("q1", "y")) is True and fits(row("q1", "x")) is True     # the union, the first judgment kept

@@ -38,6 +38,13 @@ def test_only_unread_unlabelled_first_tools_go_to_the_judge(tmp_path, monkeypatc
     out = tmp_path / "out"
     assert wc.mine_unread(flow, out, [items], [judged], None, 0, 1) == 0
     got = [json.loads(line) for line in (out / "judge_items.jsonl").read_text().splitlines()]
-    assert [g["id"] for g in got] == ["c"]                       # only the request whose first tool was never read
+    assert [g["id"] for g in got] == ["c#later"]   # only the request whose first tool was never read, its own id
     assert sorted((c["server"], c["tool"]) for c in got[0]["candidates"]) == [tuple(gh), tuple(wx)]   # not Slack again
     assert "request c" in (out / "judge_batch_01.txt").read_text()
+
+    from benchmarks.catalog_calibration import load_fits    # read back with the first judgment: their union
+
+    later = _write(tmp_path / "later.jsonl", [{"id": "c#later", "n": 2, "p": {"1": 0.8, "2": 0.8}}])
+    fits = load_fits([items, out / "judge_items.jsonl"], [judged, later])
+    assert fits({"id": "c", "tools1": [wx]}) is True and fits({"id": "c:none", "tools1": [gh]}) is True
+    assert fits({"id": "c", "tools1": [sl]}) is False and fits({"id": "b", "tools1": [sl]}) is True

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 from fastapi import APIRouter, Response
 
-from ..calibration import CalibrationJobs, CalibrationRunning
+from ..calibration import CalibrationJobs, CalibrationRunning, jobs_of
 from ..deps import AdminTenant, AppState, ServedSnapshot, ServingEngine
 from ..errors import ServiceError
 from ..schemas import CalibrationJob, CalibrationRequest, ErrorResponse
@@ -30,19 +30,15 @@ _DESCRIPTION = (
 
 
 def _jobs(state: AppState, engine: ServingEngine) -> CalibrationJobs:
-    root = getattr(engine.store, "root", None)
-    if root is None or getattr(engine.store, "read_through", False) or \
-            not hasattr(engine.snapshot.index, "tool_hashes"):
-        raise ServiceError(501, "calibration_unsupported", "this index backend cannot carry a catalog calibration "
-                           "(Qdrant): calibrate an embedded index (`toolrank index --calibrate`) or serve one")
-    if getattr(engine.store, "read_only", False):
+    jobs = jobs_of(state, engine)
+    if jobs is not None:
+        return jobs
+    if getattr(engine.store, "read_only", False) and getattr(engine.store, "root", None) is not None:
         raise ServiceError(405, "read_only_store", "this service serves a read-only copy of the index: the "
                            "calibration could not be saved; send it to a writable instance",
                            headers={"Allow": "GET, HEAD"})
-    jobs = state.calibration_jobs
-    if jobs is None or jobs.root != root:
-        jobs = state.calibration_jobs = CalibrationJobs(root)
-    return jobs
+    raise ServiceError(501, "calibration_unsupported", "this index backend cannot carry a catalog calibration "
+                       "(Qdrant): calibrate an embedded index (`toolrank index --calibrate`) or serve one")
 
 
 def _answer(job: dict, snap: ServedSnapshot) -> CalibrationJob:

@@ -4,6 +4,7 @@ saved as a new index version, refused while one runs, never saved over a catalog
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -61,11 +62,12 @@ def use(monkeypatch, client):
     monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: client)
 
 
-def wait_done(service, timeout=30.0):
+def wait_done(service, timeout=30.0, started=False):
+    """The job's record once it is not running (``started``: once one has started at all)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         body = service.get("/v1/calibration", headers=key("ops")).json()
-        if body["state"] != "running":
+        if body["state"] not in ("running", *(("none",) if started else ())):
             return body
         time.sleep(0.05)
     raise AssertionError("the calibration did not end")
@@ -289,3 +291,44 @@ def test_a_qdrant_store_is_refused(service, monkeypatch):
     r = service.post("/v1/calibration", headers=key("ops"))
     assert r.status_code == 501 and r.json()["error"]["code"] == "calibration_unsupported"
     assert "Qdrant" in service.get("/v1/calibration", headers=key("ops")).json()["message"]
+
+
+def test_the_automatic_calibration_follows_the_catalog(tmp_path, monkeypatch):
+    use(monkeypatch, ProbeClient())
+    client = real_client(tmp_path, calibrate_after_change_s=0.05)
+    try:
+        at_start = wait_done(client, started=True)          # at start: the served index had none
+        assert at_start["state"] == "done" and at_start["trigger"] == "start", at_start
+        assert client.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
+        end = time.monotonic() + 30
+        while time.monotonic() < end:                       # the change dropped it; a new one follows
+            body = client.get("/v1/calibration", headers=key("ops")).json()
+            if body["trigger"] == "a catalog change" and body["state"] != "running":
+                break
+            time.sleep(0.05)
+        assert body["state"] == "done" and body["saved_version"] > at_start["saved_version"], body
+        assert body["catalog_calibration"] == body["calibration"]
+        cached = int(re.search(r"(\d+) from the cache", body["message"]).group(1))
+        assert cached >= 8, body["message"]                 # the eight tools probed before are not asked again
+    finally:
+        client.app.state.toolrank.calibration_jobs.wait(30)
+        client.__exit__(None, None, None)
+
+
+def test_the_automatic_calibration_without_an_endpoint_fails_at_start(tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from real_app import TENANTS, real_pipeline
+    from serve.app import create_app
+    from serve.settings import Settings
+
+    monkeypatch.delenv("TOOLRANK_LLM_BASE_URL", raising=False)
+    (tmp_path / "tenants.toml").write_text(TENANTS)
+    app = create_app(Settings(config=tmp_path / "tenants.toml", index_dir=tmp_path / "store",
+                              calibrate_after_change_s=1.0), pipeline=real_pipeline())
+    with TestClient(app, raise_server_exceptions=False) as client:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and client.get("/readyz").json()["status"] == "loading":
+            time.sleep(0.05)
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["status"] == "failed"
