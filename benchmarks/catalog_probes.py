@@ -220,39 +220,14 @@ def fit_shift(p: np.ndarray, y: np.ndarray, pull: float = 0.5) -> float:
 def mine(folder: Path, n_batches: int, seed: int) -> int:
     """The judge's items and batches: each probe with the first five tools of its four first searches (tool
     present and removed, with and without the need), shuffled; the judge sees the probe request alone."""
-    from benchmarks.judged_flow import _Catalogs, shippable_items
-    from retrieval.evaluation.judged import base_id
-    from retrieval.jsonl import write_jsonl
-    from training.refresh_lists import batch_text, seed_of
+    from benchmarks.judged_flow import write_judge_batches
 
     try:
         rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {exc} (run `catalog_probes.py run` first)", file=sys.stderr)
         return 2
-    text = {p["id"]: p["request"] for p in load_probes(folder)}
-    catalogs, cands = _Catalogs(), {}
-    for r in rows:
-        pid = base_id(r["id"])
-        got = cands.setdefault(pid, (r["catalog"], {}))[1]
-        for t in r.get("tools1", [])[:5]:
-            real = catalogs.real(r["catalog"], t)
-            if real is not None:
-                got[tuple(real)] = None
-    items = []
-    for pid in sorted(cands):
-        kind, got = cands[pid]
-        order = list(got)
-        random.Random(seed_of(f"{seed}:{pid}")).shuffle(order)
-        items.append({"id": pid, "catalog": kind, "query": text[pid],
-                      "candidates": [{"server": a, "tool": b} for a, b in order]})
-    # the items as the probe rows name tools (digests where a corpus has no licence), so the answers line up
-    write_jsonl(folder / "judge_items.jsonl", shippable_items(items))
-    random.Random(seed).shuffle(items)
-    for b in range(n_batches):
-        part = items[b::n_batches]
-        (folder / f"judge_batch_{b + 1:02d}.txt").write_text(
-            "\n".join(batch_text([o], catalogs.catalog(o["catalog"])) for o in part), encoding="utf-8")
+    items = write_judge_batches(rows, {p["id"]: p["request"] for p in load_probes(folder)}, folder, n_batches, seed)
     print(f"{len(items)} probes, {sum(len(o['candidates']) for o in items)} candidates -> {folder}/judge_items.jsonl, "
           f"{n_batches} judge batches")
     return 0

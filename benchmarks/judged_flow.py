@@ -344,6 +344,46 @@ def agree(a: argparse.Namespace) -> int:
     return 0
 
 
+def write_judge_batches(rows: list[dict], text: dict[str, str], out: Path, n_batches: int, seed: int, *,
+                        asked: set[str] | None = None, seen: dict[str, set] | None = None,
+                        later: str = "") -> list[dict]:
+    """The judge's items for flow rows, and its batches: each request (``asked``: these only) with the first five
+    tools of every row of it, minus the tools ``seen`` already judged for it (a request judged before keeps
+    its id with ``later`` appended), shuffled with a seed per request; ``out/judge_items.jsonl`` as the rows
+    name tools (digests where a corpus has no licence, so the answers line up) and ``out/judge_batch_NN.txt``."""
+    from retrieval.evaluation.judged import base_id
+    from retrieval.jsonl import write_jsonl
+    from training.refresh_lists import batch_text, seed_of
+
+    seen = seen or {}
+    catalogs, cands = _Catalogs(), {}
+    for r in rows:
+        pid = base_id(r["id"])
+        if asked is not None and pid not in asked:
+            continue
+        got = cands.setdefault(pid, (r["catalog"], {}))[1]
+        for t in r.get("tools1", [])[:5]:
+            real = catalogs.real(r["catalog"], t)
+            if real is not None and tuple(t) not in seen.get(pid, set()):
+                got[tuple(real)] = None
+    items = []
+    for pid in sorted(cands):
+        kind, got = cands[pid]
+        order = list(got)
+        random.Random(seed_of(f"{seed}:{pid}")).shuffle(order)
+        items.append({"id": pid + (later if pid in seen else ""), "catalog": kind, "query": text[pid],
+                      "candidates": [{"server": a, "tool": b} for a, b in order]})
+    out.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out / "judge_items.jsonl", shippable_items(items))
+    batches = list(items)
+    random.Random(seed).shuffle(batches)
+    for b in range(n_batches):
+        part = batches[b::n_batches]
+        (out / f"judge_batch_{b + 1:02d}.txt").write_text(
+            "\n".join(batch_text([o], catalogs.catalog(o["catalog"])) for o in part), encoding="utf-8")
+    return items
+
+
 def shippable_items(items: list[dict]) -> list[dict]:
     """Items as the repository may hold them: a corpus without a licence keeps ids and candidate digests only
     (the digests the agent-flow rows hold, so the judge's answers still line up)."""

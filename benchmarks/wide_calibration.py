@@ -225,43 +225,18 @@ def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], pr
     request with the tools of its first five (both modes) that were never judged for it, shuffled."""
     from benchmarks.catalog_calibration import LATER, load_fits
     from benchmarks.catalog_probes import load_probes
-    from benchmarks.judged_flow import _Catalogs, shippable_items
+    from benchmarks.judged_flow import write_judge_batches
     from retrieval.evaluation.judged import base_id, read_judged
-    from retrieval.jsonl import write_jsonl
-    from training.refresh_lists import batch_text, seed_of
 
     rows = json.loads(flow.read_text())["rows"]
     fits = load_fits(items, judged)
     seen: dict[str, set] = {}
     for path in items:
         for rid, p in read_judged(path, judged).items():
-            seen.setdefault(rid, set()).update(p)
+            seen.setdefault(rid.split(LATER, 1)[0], set()).update(p)
     needing = {base_id(r["id"]) for r in rows if r.get("tools1") and not r.get("right1") and not fits.read(r)}
-    catalogs, cands, kinds = _Catalogs(), {}, {}
-    for r in rows:
-        pid = base_id(r["id"])
-        if pid not in needing:
-            continue
-        kinds[pid] = r["catalog"]
-        got = cands.setdefault(pid, {})
-        for t in r.get("tools1", [])[:5]:
-            real = catalogs.real(r["catalog"], t)
-            if real is not None and tuple(t) not in seen.get(pid, set()):
-                got[tuple(real)] = None
-    text = {p["id"]: p["request"] for p in load_probes(probes)} if probes is not None else _requests(set(cands))
-    todo = []
-    for pid in sorted(cands):
-        order = list(cands[pid])
-        random.Random(seed_of(f"{seed}:{pid}")).shuffle(order)
-        todo.append({"id": pid + (LATER if pid in seen else ""), "catalog": kinds[pid], "query": text[pid],
-                     "candidates": [{"server": a, "tool": b} for a, b in order]})
-    out.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out / "judge_items.jsonl", shippable_items(todo))
-    random.Random(seed).shuffle(todo)
-    for b in range(n_batches):
-        part = todo[b::n_batches]
-        (out / f"judge_batch_{b + 1:02d}.txt").write_text(
-            "\n".join(batch_text([o], catalogs.catalog(o["catalog"])) for o in part), encoding="utf-8")
+    text = {p["id"]: p["request"] for p in load_probes(probes)} if probes is not None else _requests(needing)
+    todo = write_judge_batches(rows, text, out, n_batches, seed, asked=needing, seen=seen, later=LATER)
     print(f"{len(todo)} requests with an unread first tool, {sum(len(o['candidates']) for o in todo)} candidates -> "
           f"{out}/judge_items.jsonl, {n_batches} judge batches")
     return 0
@@ -270,10 +245,8 @@ def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], pr
 def mine(out: Path, n_batches: int, seed: int) -> int:
     """Judge items for the new requests whose first tool is not labelled in some mode: the first five tools of
     both modes' first searches, shuffled; the judge sees the request alone."""
-    from benchmarks.judged_flow import _Catalogs, shippable_items
+    from benchmarks.judged_flow import write_judge_batches
     from retrieval.evaluation.judged import base_id
-    from retrieval.jsonl import write_jsonl
-    from training.refresh_lists import batch_text, seed_of
 
     try:
         rows = json.loads((out / "rows.json").read_text())["rows"]
@@ -281,30 +254,7 @@ def mine(out: Path, n_batches: int, seed: int) -> int:
         print(f"error: {exc} (run `wide_calibration.py run` first)", file=sys.stderr)
         return 2
     needing = {base_id(r["id"]) for r in rows if r.get("tools1") and not r.get("right1")}
-    catalogs, cands, kinds = _Catalogs(), {}, {}
-    for r in rows:
-        pid = base_id(r["id"])
-        if pid not in needing:
-            continue
-        kinds[pid] = r["catalog"]
-        got = cands.setdefault(pid, {})
-        for t in r.get("tools1", [])[:5]:
-            real = catalogs.real(r["catalog"], t)
-            if real is not None:
-                got[tuple(real)] = None
-    text = _requests(set(cands))
-    items = []
-    for pid in sorted(cands):
-        order = list(cands[pid])
-        random.Random(seed_of(f"{seed}:{pid}")).shuffle(order)
-        items.append({"id": pid, "catalog": kinds[pid], "query": text[pid],
-                      "candidates": [{"server": a, "tool": b} for a, b in order]})
-    write_jsonl(out / "judge_items.jsonl", shippable_items(items))
-    random.Random(seed).shuffle(items)
-    for b in range(n_batches):
-        part = items[b::n_batches]
-        (out / f"judge_batch_{b + 1:02d}.txt").write_text(
-            "\n".join(batch_text([o], catalogs.catalog(o["catalog"])) for o in part), encoding="utf-8")
+    items = write_judge_batches(rows, _requests(needing), out, n_batches, seed, asked=needing)
     print(f"{len(items)} requests, {sum(len(o['candidates']) for o in items)} candidates -> {out}/judge_items.jsonl, "
           f"{n_batches} judge batches")
     return 0
