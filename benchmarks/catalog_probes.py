@@ -122,14 +122,22 @@ def need_batches(folder: Path, n_batches: int, seed: int) -> int:
     if not probes:
         print(f"error: {folder}: no written probe requests (requests_*.jsonl)", file=sys.stderr)
         return 2
-    order = sorted(probes, key=lambda p: p["id"])
-    random.Random(seed + 2).shuffle(order)
-    for b in range(n_batches):
-        lines = [f"{p['id']}\t{VOICES[i % len(VOICES)]}\t{' '.join(p['request'].split())}"
-                 for i, p in enumerate(order[b::n_batches])]
-        (folder / f"need_{b + 1:02d}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"{len(order)} probe requests -> {n_batches} blind need batches in {folder}")
+    write_need_batches([(p["id"], p["request"]) for p in sorted(probes, key=lambda p: p["id"])], folder, n_batches,
+                       seed)
+    print(f"{len(probes)} probe requests -> {n_batches} blind need batches in {folder}")
     return 0
+
+
+def write_need_batches(requests: list[tuple[str, str]], out: Path, n_batches: int, seed: int) -> None:
+    """``out/need_NN.tsv``: ``id<TAB>voice<TAB>request`` lines (one line each, voices in turn), the requests shuffled
+    so every batch mixes catalogs; what a blind need writer reads."""
+    order = list(requests)
+    random.Random(seed + 2).shuffle(order)
+    out.mkdir(parents=True, exist_ok=True)
+    for b in range(n_batches):
+        lines = [f"{rid}\t{VOICES[i % len(VOICES)]}\t{' '.join(text.split())}"
+                 for i, (rid, text) in enumerate(order[b::n_batches])]
+        (out / f"need_{b + 1:02d}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def load_probes(folder: Path) -> list[dict]:

@@ -43,7 +43,6 @@ NEEDS_WIDE = ROOT / "benchmarks" / "data" / "needs_wide.jsonl"
 RESULTS = ROOT / "benchmarks" / "results"
 REPORT = RESULTS / "agent_flow_report.json"
 MODES = ("need", "request_only")
-VOICES = ("terse", "verbose", "platform", "plain", "first_step")   # training/data/briefs/needs_blind.md
 
 
 def _needs() -> dict[str, dict]:
@@ -78,6 +77,8 @@ def _kinds() -> list[str]:
 
 def need_batches(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
     """``id<TAB>voice<TAB>request`` of every drawn corpus request that has no blind need yet."""
+    from benchmarks.catalog_probes import write_need_batches
+
     needs, old = _needs(), {r["id"] for r in _old_rows()}
     todo = []
     for name in _kinds():
@@ -90,13 +91,7 @@ def need_batches(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
             have += 1
             if q.id not in needs:
                 todo.append(q)
-    out.mkdir(parents=True, exist_ok=True)
-    order = list(todo)
-    random.Random(seed + 2).shuffle(order)   # every batch a mix of corpora
-    for b in range(n_batches):
-        lines = [f"{q.id}\t{VOICES[i % len(VOICES)]}\t{' '.join(q.query.split())}"
-                 for i, q in enumerate(order[b::n_batches])]
-        (out / f"need_{b + 1:02d}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_need_batches([(q.id, q.query) for q in todo], out, n_batches, seed)
     print(f"{len(todo)} requests without a blind need -> {n_batches} batches in {out}")
     return 0
 
