@@ -301,7 +301,7 @@ class Gateway:
                  index: "ToolIndex | None" = None, eligible: Eligibility | None = None,
                  policy_overrides: dict[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None,
-                 learn: bool = True, tenant: str | None = None):
+                 learn: bool = True, tenant: str | None = None, calibrate_probes: int | None = None):
         from retrieval.pipeline.decision import Policy
 
         if config is None and index is None:
@@ -332,6 +332,13 @@ class Gateway:
         self._harvested = anyio.Event()         # the first harvest is over
         self._holders: anyio.abc.TaskGroup | None = None
         self._work: anyio.abc.TaskGroup | None = None
+        # the catalog's own calibration (--calibrate): probes written by the LLM endpoint once the tools settle
+        self.calibrate_probes = calibrate_probes
+        self.calibration_note: str | None = None      # what the last calibration run said
+        self.calibration_runs = 0                     # calibrations given to the index
+        self._calibrating = self._calibration_again = False
+        self._stop_calibration = threading.Event()
+        self._probe_cache: Path | None = None         # without an index folder: one for this process
 
     @property
     def forwarding(self) -> bool:
@@ -352,6 +359,7 @@ class Gateway:
                     try:
                         yield self
                     finally:
+                        self._stop_calibration.set()   # a probe run stops after the endpoint calls in flight
                         work.cancel_scope.cancel()
             finally:
                 for b in self.backends.values():
@@ -378,6 +386,7 @@ class Gateway:
                 order = {name: i for i, name in enumerate(self.config.servers)}
                 harvests.sort(key=lambda h: order[h.name])
                 await anyio.to_thread.run_sync(self._apply, harvests, list(self.config.servers))
+                self._want_calibration()
             elif self.index is not None:
                 await anyio.to_thread.run_sync(self._make_pipeline)
         except Exception:  # noqa: BLE001 - searches then answer with what there is
@@ -485,6 +494,7 @@ class Gateway:
                 harvest = await self._list(b)
                 if harvest.ok:
                     await anyio.to_thread.run_sync(self._apply, [harvest], None)
+                    self._want_calibration()
                 b.reharvests += 1
                 log.info("server %r: harvested again after its tools changed (%d notice(s) so far, harvest #%d)",
                          b.name, seen, b.reharvests)
@@ -492,6 +502,79 @@ class Gateway:
                     break
         finally:
             b.refreshing = False
+
+    # ------------------------------------------------------------------ the catalog's own calibration
+
+    def _want_calibration(self) -> None:
+        """(event loop) With ``calibrate_probes``: calibrate the index once its tools settle, if it has no
+        calibration for this scorer and release (a run in progress is followed by one more)."""
+        if self.calibrate_probes is None or self._work is None:
+            return
+        if self._calibrating:
+            self._calibration_again = True
+            return
+        self._calibrating = True
+        self._work.start_soon(self._calibrate_loop)
+
+    async def _calibrate_loop(self) -> None:
+        try:
+            while True:
+                self._calibration_again = False
+                await anyio.to_thread.run_sync(self._calibrate, abandon_on_cancel=True)
+                if not self._calibration_again or self._stop_calibration.is_set():
+                    break
+        except Exception:  # noqa: BLE001 - searches go on with the shipped probabilities
+            log.exception("the catalog calibration failed")
+        finally:
+            self._calibrating = False
+
+    def _calibrate(self) -> None:
+        """(thread) Probe a copy of the index (retrieval.pipeline.probes, through the TOOLRANK_LLM_* endpoint) and
+        give the index the map if its tools are still the same; saved with it when the gateway saves its index."""
+        import shutil
+        import tempfile
+
+        from retrieval.index.examples import llm_client
+        from retrieval.pipeline.probes import probe_cache_beside, write_probes
+
+        with self._lock:
+            index, pipeline = self.index, self.pipeline
+            if index is None or pipeline is None or not len(index.catalog.tools) \
+                    or pipeline.catalog_calibration is not None:
+                return
+            tools = index.tool_hashes()
+            tmp = Path(tempfile.mkdtemp(prefix="toolrank-probe-"))
+            index.save(tmp / "index")   # a copy of its own: harvests change the index in place
+        try:
+            probed = self.components.load_index(tmp / "index")
+            probed.calibration = None
+            if self.index_dir is not None:
+                cache = probe_cache_beside(self.index_dir)
+            else:
+                self._probe_cache = self._probe_cache or Path(tempfile.mkdtemp(prefix="toolrank-probes-")) / "p.jsonl"
+                cache = self._probe_cache
+            with llm_client() as client:
+                outcome = write_probes(self.components.make_pipeline(probed), client, cache, n=self.calibrate_probes,
+                                       stop=self._stop_calibration.is_set)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.calibration_note = outcome.format()
+        if outcome.calibration is None:
+            log.warning("%s", self.calibration_note)
+            return
+        with self._lock:
+            if self.index is None or self.index.tool_hashes() != tools:
+                log.info("the tools changed while they were probed: calibrating again")
+                self._calibration_again = True
+                return
+            self.index.calibration = outcome.calibration.to_dict()
+            self.calibration_runs += 1
+            if self.index_dir is not None:
+                try:
+                    self.index.save(self.index_dir)
+                except (OSError, ValueError) as exc:
+                    log.warning("could not save the calibrated index to %s: %s (kept in memory)", self.index_dir, exc)
+        log.info("%s", self.calibration_note)
 
     # ------------------------------------------------------------------ what the caller may see
 

@@ -571,6 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-save", action="store_true",
                    help="keep index updates (new or changed tools) in memory instead of saving them to the index folder")
     p.add_argument("--threads", type=int, default=2, help="ONNX threads for the encoder and the scorer")
+    p.add_argument("--calibrate", action="store_true",
+                   help="with --mcp-config: calibrate the servers' tools from probes the LLM endpoint (TOOLRANK_LLM_*) "
+                        "writes, once they are harvested and again after they change; saved with the index "
+                        "(docs/day-one.md section 4)")
+    p.add_argument("--calibrate-probes", type=int, default=100, metavar="N",
+                   help="with --calibrate: how many tools to probe (default 100, at least 10)")
     p.add_argument("--components", metavar="MODULE:FUNCTION", help=argparse.SUPPRESS)  # tests: fake models
     p.add_argument("-v", "--verbose", action="store_true", help="log what happens (to stderr)")
     return p
@@ -629,6 +635,17 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
         raise ValueError("--timeout and --call-timeout must be positive numbers of seconds")
     if a.model and a.no_model:
         raise ValueError("give --model or --no-model, not both")
+    if a.calibrate:
+        from retrieval.index.examples import llm_client
+
+        if not a.mcp_config:
+            raise ValueError("--calibrate goes with --mcp-config (an index of its own: toolrank index --calibrate)")
+        if a.calibrate_probes < 10:
+            raise ValueError(f"--calibrate-probes {a.calibrate_probes}: probe at least 10 tools")
+        try:
+            llm_client().close()
+        except ValueError as exc:
+            raise ValueError(f"--calibrate: {exc}") from None
     tenant = _tenant(a)
     config = load_mcp_config(a.mcp_config) if a.mcp_config else None
     if config is not None and a.server:
@@ -668,7 +685,8 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
                    timeout_s=a.timeout, call_timeout_s=a.call_timeout,
                    index_dir=None if a.no_save else index_dir,
                    learn=tenant.learn_from_use if tenant is not None else True,
-                   tenant=tenant.name if tenant is not None else None)
+                   tenant=tenant.name if tenant is not None else None,
+                   calibrate_probes=a.calibrate_probes if a.calibrate else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import re
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -90,3 +91,34 @@ def probe_reply(system: str, user: str, judge_yes: float = 0.85, judged: list | 
             judged.append((request, tool))
         return json.dumps({"p_yes": judge_yes if tool.replace("_", " ") in request else 0.05})
     return None
+
+
+class ProbeClient:
+    """A chat client answering the probes' prompts by rule (:func:`probe_reply`); ``gate``: hold every reply until set;
+    ``fail``: answer every call with an endpoint error."""
+
+    def __init__(self, gate: threading.Event | None = None, fail: bool = False, judge_yes: float = 0.85):
+        self.gate, self.fail, self.judge_yes = gate, fail, judge_yes
+        self.calls, self.closed = 0, False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.closed = True
+        return False
+
+    def close(self):
+        self.closed = True
+
+    def chat(self, messages, temperature=0.0):
+        self.calls += 1
+        if self.gate is not None:
+            assert self.gate.wait(30)
+        if self.fail:
+            from retrieval.writing.llm import EndpointError
+
+            raise EndpointError("endpoint said 503", status=503)
+        text = probe_reply(messages[0]["content"], messages[-1]["content"], self.judge_yes)
+        assert text is not None, messages[0]["content"][:80]
+        return type("Reply", (), {"text": text})()

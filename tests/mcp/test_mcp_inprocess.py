@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
+import anyio
 import pytest
 from mcp import ClientSession
 from mcp.shared.exceptions import McpError
@@ -168,3 +169,49 @@ async def test_without_a_saved_index_the_first_search_does_not_wait_for_the_slow
         assert found["tools"][0]["name"] == "get_forecast"
         assert found.get("starting") == ["slow"]
         assert waited < 15, waited                       # not the slow server's 20 s
+
+
+@run
+async def test_the_gateway_calibrates_its_servers_tools_and_keeps_the_map_with_its_index(tmp_path, monkeypatch):
+    import retrieval.index.examples as ix
+    from fakes import ProbeClient
+
+    import threading
+
+    gate = threading.Event()   # the probes wait until the first answer was read on the shipped scale
+    fake = ProbeClient(gate)
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: fake)
+    cfg = load_mcp_config(write_config(tmp_path / "mcp.json", {"weather": server("weather"), "notes": server("notes")}))
+    async with in_process(config=cfg, index_dir=tmp_path / "idx", calibrate_probes=10) as (gw, client):
+        before = payload(await client.call_tool(FIND_TOOLS, {"request": "get the weather forecast for Paris"}))
+        assert gw.calibration_runs == 0
+        gate.set()
+        with anyio.fail_after(30):
+            while gw.calibration_runs < 1:
+                await anyio.sleep(0.05)
+        assert gw.index.calibration["kind"] == "probe_platt" and "searches" in gw.calibration_note
+        after = payload(await client.call_tool(FIND_TOOLS, {"request": "get the weather forecast for Paris"}))
+        assert after["decision"] == before["decision"] == "proceed"          # the thresholds moved with it
+        assert [t["name"] for t in after["tools"]] == [t["name"] for t in before["tools"]]
+        assert after["tools"][0]["probability"] != before["tools"][0]["probability"]
+        calls = fake.calls
+    saved = ToolIndex.load(tmp_path / "idx", encoder=HashEncoder())
+    assert saved.calibration == gw.index.calibration                        # saved: the next start reads it
+    async with in_process(config=cfg, index=saved, index_dir=tmp_path / "idx", calibrate_probes=10) as (gw2, client):
+        payload(await client.call_tool(FIND_TOOLS, {"request": "get the weather forecast for Paris"}))
+        await anyio.sleep(0.3)
+        assert gw2.calibration_runs == 0 and fake.calls == calls               # calibrated already: nothing asked
+
+
+def test_calibrate_without_an_endpoint_or_a_configuration_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    from serve.mcp_server import main
+
+    monkeypatch.delenv("TOOLRANK_LLM_BASE_URL", raising=False)
+    cfg = write_config(tmp_path / "mcp.json", {"weather": server("weather")})
+    assert main(["--calibrate", "--mcp-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("toolrank mcp: --calibrate: ") and "TOOLRANK_LLM_BASE_URL" in err and err.count("\n") == 1
+    assert main(["--calibrate"]) == 2 and "goes with --mcp-config" in capsys.readouterr().err
+    monkeypatch.setenv("TOOLRANK_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    assert main(["--calibrate", "--calibrate-probes", "5", "--mcp-config", str(cfg)]) == 2
+    assert "at least 10" in capsys.readouterr().err

@@ -11,41 +11,11 @@ import time
 import pytest
 
 import retrieval.index.examples as ix
-from fakes import probe_reply
+from fakes import ProbeClient
 from real_app import key, real_client
-from retrieval.writing.llm import EndpointError
 from serve.calibration import LOCK_FILE, STATE_FILE
 
 BODY = {"description": "Issue tracker", "tools": [{"name": "create_ticket", "description": "Create a ticket"}]}
-
-
-class ProbeClient:
-    """A chat client answering the probes' prompts by rule (tests/fakes.py); ``gate``: hold every reply until set;
-    ``fail``: answer every call with an endpoint error."""
-
-    def __init__(self, gate: threading.Event | None = None, fail: bool = False, judge_yes: float = 0.85):
-        self.gate, self.fail, self.judge_yes = gate, fail, judge_yes
-        self.calls, self.closed = 0, False
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.closed = True
-        return False
-
-    def close(self):
-        self.closed = True
-
-    def chat(self, messages, temperature=0.0):
-        self.calls += 1
-        if self.gate is not None:
-            assert self.gate.wait(30)
-        if self.fail:
-            raise EndpointError("endpoint said 503", status=503)
-        text = probe_reply(messages[0]["content"], messages[-1]["content"], self.judge_yes)
-        assert text is not None, messages[0]["content"][:80]
-        return type("Reply", (), {"text": text})()
 
 
 @pytest.fixture
