@@ -210,8 +210,44 @@ def check(rows: Path, out: Path, written: bool) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         flow = flow_file(rows, Path(tmp) / "flow.json", with_report=not written)
-        return probe_check(probes, flow, items, judged, 0.10, 0.83, out, probe_judged,
-                           probes / ("probe_flow_written.json" if written else "probe_flow.json"), probe_items)
+        status = probe_check(probes, flow, items, judged, 0.10, 0.83, out, probe_judged,
+                             probes / ("probe_flow_written.json" if written else "probe_flow.json"), probe_items)
+        all_rows = json.loads(flow.read_text())["rows"]
+    if status:
+        return status
+    empties = late_need_empties(all_rows)
+    print("\nwhen the need comes only on the second search (late_need), read from the same first searches: right "
+          "first answers (request alone) that end empty, both searches under the no-fit floor\n")
+    print("| catalog | right first answers | end empty | share |\n|---|---:|---:|---:|")
+    for kind, (right, empty) in empties.items():
+        print(f"| {kind} | {right} | {empty} | {empty / max(right, 1):.1%} |")
+    result = json.loads(out.read_text())
+    result["late_need_empties"] = {k: {"right_first": a, "end_empty": b} for k, (a, b) in empties.items()}
+    write_result(out, result, indent=1)
+    return 0
+
+
+def late_need_empties(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """Per kind: the answerable requests whose first search with the request alone has the right tool first, and
+    how many of them would end empty in the late_need flow (the need only on the second search): both that
+    first search and the search with the need read under the no-fit floor (a first answer at or over it is
+    kept: ``decision.keep_first_answer``). Exact for the flow's decisions: the second attempt's best
+    probability is the search with the need's."""
+    from retrieval.pipeline.decision import Policy
+
+    floor = Policy().no_fit_below
+    by: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in rows:
+        if r.get("answerable") and r.get("mode") in MODES:
+            by.setdefault((r["catalog"], r["id"]), {})[r["mode"]] = r
+    out: dict[str, list[int]] = {}
+    for (kind, _), m in sorted(by.items()):
+        if len(m) < 2 or not m["request_only"].get("right1"):
+            continue
+        got = out.setdefault(kind, [0, 0])
+        got[0] += 1
+        got[1] += m["request_only"]["best1"] < floor and m["need"]["best1"] < floor
+    return {k: (a, b) for k, (a, b) in out.items()}
 
 
 def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], probes: Path | None, seed: int,

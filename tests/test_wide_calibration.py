@@ -48,3 +48,15 @@ def test_only_unread_unlabelled_first_tools_go_to_the_judge(tmp_path, monkeypatc
     fits = load_fits([items, out / "judge_items.jsonl"], [judged, later])
     assert fits({"id": "c", "tools1": [wx]}) is True and fits({"id": "c:none", "tools1": [gh]}) is True
     assert fits({"id": "c", "tools1": [sl]}) is False and fits({"id": "b", "tools1": [sl]}) is True
+
+
+def test_late_need_empties_count_right_first_answers_under_the_floor_both_times():
+    def row(rid, mode, best, right=True, kind="k"):
+        return {"id": rid, "catalog": kind, "mode": mode, "answerable": True, "best1": best, "right1": right}
+
+    rows = [row("a", "request_only", 0.2), row("a", "need", 0.24),        # both under 0.25: empty
+            row("b", "request_only", 0.2), row("b", "need", 0.3),         # the need lifts it: choose
+            row("c", "request_only", 0.3), row("c", "need", 0.1),         # the first answer is kept
+            row("d", "request_only", 0.1, right=False), row("d", "need", 0.1),   # not a right first answer
+            row("e", "request_only", 0.1)]                                # no search with the need: left out
+    assert wc.late_need_empties(rows) == {"k": (3, 1)}
