@@ -318,7 +318,8 @@ async def service_page(request: Request) -> Response:
     import anyio
 
     calibration = await anyio.to_thread.run_sync(_calibration_info, engine) if engine is not None else None
-    return _page("service.html", request, **_common(request, tenant), info=info, calibration=calibration)
+    return _page("service.html", request, **_common(request, tenant), info=info, calibration=calibration,
+                 calibrate_probes=settings.calibrate_probes)
 
 
 def _calibration_info(engine: Any) -> dict[str, Any]:
@@ -330,6 +331,47 @@ def _calibration_info(engine: Any) -> dict[str, Any]:
     job = CalibrationJobs(root).state() if root is not None and not getattr(engine.store, "read_through", False) \
         else None
     return {"in_effect": cal.to_dict() if cal is not None else None, "job": job}
+
+
+@router.post("/ui/calibration/{action}", response_class=HTMLResponse)
+async def calibration_action(request: Request, action: str) -> Response:
+    """Start or stop the served catalog's calibration (admins; what POST / DELETE /v1/calibration do)."""
+    tenant = _tenant(request)
+    if tenant is None:
+        return _login_redirect()
+    if not tenant.admin:
+        return _page("missing.html", request, status=403, **_common(request, tenant),
+                     what="Calibrating the catalog needs an admin key.")
+    if action not in ("start", "stop"):
+        return _page("missing.html", request, status=404, **_common(request, tenant), what="No such action.")
+    from .calibration import CalibrationRunning, jobs_of
+    from .routes.common import write_to_store
+
+    state = state_of(request)
+    engine = state.engine
+    jobs = jobs_of(state, engine) if engine is not None else None
+    if jobs is None:
+        return _page("missing.html", request, status=409, **_common(request, tenant),
+                     what="This service cannot calibrate its catalog now (still loading, a read-only copy, or Qdrant).")
+    if action == "stop":
+        await write_to_store(jobs.request_stop, what="the stop request")
+        return RedirectResponse("/ui/service", status_code=303, headers=SECURITY_HEADERS)
+    from retrieval.index.examples import llm_client
+
+    try:
+        client = llm_client()
+    except ValueError as exc:
+        return _page("missing.html", request, status=422, **_common(request, tenant),
+                     what=f"A calibration needs an LLM endpoint on the service: {exc}")
+    try:
+        await write_to_store(jobs.start, engine, client, state.settings.calibrate_probes, what="the calibration")
+    except CalibrationRunning as exc:
+        client.close()
+        return _page("missing.html", request, status=409, **_common(request, tenant), what=f"{exc}.")
+    except BaseException:
+        client.close()
+        raise
+    return RedirectResponse("/ui/service", status_code=303, headers=SECURITY_HEADERS)
 
 
 @functools.cache

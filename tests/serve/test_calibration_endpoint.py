@@ -202,8 +202,12 @@ def test_progress_names_the_phase_and_its_counts(service, monkeypatch):
 def test_a_stop_keeps_what_was_written_and_saves_nothing(service, monkeypatch, tmp_path):
     assert service.delete("/v1/calibration", headers=key("ops")).status_code == 404
     gate = threading.Event()
-    use(monkeypatch, ProbeClient(gate))
+    fake = ProbeClient(gate)
+    use(monkeypatch, fake)
     service.post("/v1/calibration", headers=key("ops"))
+    end = time.monotonic() + 10
+    while fake.calls == 0 and time.monotonic() < end:   # calls in flight, held at the gate
+        time.sleep(0.01)
     r = service.delete("/v1/calibration", headers=key("ops"))
     assert r.status_code == 200 and r.json()["state"] == "running", r.text   # it stops after the calls in flight
     gate.set()
@@ -302,3 +306,26 @@ def test_the_automatic_calibration_without_an_endpoint_fails_at_start(tmp_path, 
             time.sleep(0.05)
         ready = client.get("/readyz")
         assert ready.status_code == 503 and ready.json()["status"] == "failed"
+
+
+def test_an_admin_starts_and_stops_a_calibration_from_the_console(service, monkeypatch):
+    from real_app import KEYS
+
+    assert service.post("/ui/login", data={"key": KEYS["acme"]}, follow_redirects=False).status_code == 303
+    assert service.post("/ui/calibration/start", follow_redirects=False).status_code == 403
+    assert service.post("/ui/login", data={"key": KEYS["ops"]}, follow_redirects=False).status_code == 303
+    monkeypatch.delenv("TOOLRANK_LLM_BASE_URL", raising=False)
+    r = service.post("/ui/calibration/start", follow_redirects=False)
+    assert r.status_code == 422 and "TOOLRANK_LLM_BASE_URL" in r.text
+    gate = threading.Event()
+    use(monkeypatch, ProbeClient(gate))
+    r = service.post("/ui/calibration/start", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/service"
+    page = service.get("/ui/service").text
+    assert "Stop the calibration" in page and "running" in page
+    assert service.post("/ui/calibration/start", follow_redirects=False).status_code == 409
+    assert service.post("/ui/calibration/stop", follow_redirects=False).status_code == 303
+    gate.set()
+    assert wait_done(service)["state"] == "stopped"
+    assert "Calibrate the catalog" in service.get("/ui/service").text
+    assert service.post("/ui/calibration/other", follow_redirects=False).status_code == 404
