@@ -243,7 +243,7 @@ def mine(folder: Path, n_batches: int, seed: int) -> int:
 
 def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: list[Path], safe: float, proceed: float,
           out: Path, probe_judged: list[Path] = (), probe_flow: Path | None = None,
-          probe_items: list[Path] = ()) -> int:
+          probe_items: list[Path] = (), detail: bool = False) -> int:
     from benchmarks.catalog_calibration import _most_proceeding, _two_level, apply, first_fits, fit, load_fits
     from retrieval.evaluation.stats import ece, ece_floor
     from retrieval.pipeline.probes import fit_probes
@@ -302,9 +302,9 @@ def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: l
             wrong = np.array([not (fits(r) if fits is not None else r["right1"]) for r in rt], dtype=bool)
             cell = {"probes": len(pa_rows), "probe_fit_rate": float(ya.mean()), "probe_mean_best": float(pa.mean()),
                     "probe_twins": len(pt_rows), "n": len(ra), "fits": float(y.mean()),
-                    "ece_floor": ece_floor(qa, draws=200)["median"], "cut": cut, "platt": w.tolist(),
-                    "shift": shift, "pooled_shift": pooled,
-                    "pooled_platt": [shipped_map.a, shipped_map.b] if shipped_map else None}
+                    "ece_floor": ece_floor(qa, draws=200)["median"], "cut": cut,
+                    "params": {"platt": w.tolist(), "shift": shift, "pooled_shift": pooled,
+                               "pooled_platt": [shipped_map.a, shipped_map.b] if shipped_map else None}}
             for name, m in (("shipped", lambda p: np.asarray(p, dtype=float)),
                             ("platt", lambda p: apply([{"best1": float(v)} for v in p], "platt", w)),
                             ("shift", lambda p: platt(p, 1.0, shift)),
@@ -315,6 +315,8 @@ def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: l
                 cell[name] = {"ece": float(ece(a_, y)), "mean": float(np.mean(a_)),
                               "proceed": float(np.mean(a_ >= proceed)),
                               "twins_wrong": float(np.mean((t_ >= proceed) & wrong)) if len(t_) else float("nan")}
+                if detail and name in ("shipped", "pooled_platt"):   # the reading's own noise, for these numbers
+                    cell[name].update(_noise(np.asarray(a_, dtype=float), y, cell[name]["ece"]))
             table.setdefault(kind, {})[mode] = cell
     print(f"maps fitted on each kind's probes only (a probe's first tool fits when it is its tool"
           f"{' or judged to fit' if probe_fits else ''}), read on its real requests (ECE against "
@@ -329,6 +331,17 @@ def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: l
             cols = " | ".join(f"{c[m]['ece']:.3f} / {c[m]['proceed']:.0%} / {c[m]['twins_wrong']:.0%}" for m in maps)
             print(f"| {kind} | {mode} | {c['probe_fit_rate']:.0%} / {c['probe_mean_best']:.2f} ({c['probes']}) | "
                   f"{c['n']} / {c['fits']:.0%} | {c['ece_floor']:.3f} | {cols} |")
+    if detail:
+        print("\nthe ECE of the shipped probabilities and of the probes' map, each beside what a perfectly calibrated "
+              "model with the same probabilities reads at that count (median of 1,000 draws; p: the share of those "
+              "draws reading at least the ECE) and the ECE's 90% bootstrap interval\n")
+        print("| catalog | mode | n | shipped: ECE [90%] | calibrated reads, p | probes: ECE [90%] | calibrated reads, p |"
+              "\n|---|---|---:|---|---|---|---|")
+        for kind, modes in table.items():
+            for mode, c in modes.items():
+                cols = " | ".join(f"{c[m]['ece']:.3f} [{c[m]['ci90'][0]:.3f}, {c[m]['ci90'][1]:.3f}] | "
+                                  f"{c[m]['floor']:.3f}, {c[m]['p_value']:.3f}" for m in ("shipped", "pooled_platt"))
+                print(f"| {kind} | {mode} | {c['n']} | {cols} |")
     present = [mode for mode in MODES if any(mode in c for c in table.values())]
     print("\nmean ECE over the kinds: " + ", ".join(
         f"{mode}: " + " / ".join(f"{m} {np.mean([c[mode][m]['ece'] for c in table.values() if mode in c]):.3f}"
@@ -338,6 +351,19 @@ def check(folder: Path, report: Path, items: list[Path] | Path | None, judged: l
     write_result(out, {"environment": environment, "report": report.name, "safe": safe, "proceed": proceed,
                        "judged": bool(fits), "probes_judged": bool(probe_fits), "table": table}, indent=1)
     return 0
+
+
+def _noise(p: np.ndarray, y: np.ndarray, observed: float, draws: int = 1000, seed: int = 0) -> dict:
+    """What an ECE of ``observed`` on (``p``, ``y``) means at its count: a calibrated model's median reading and the
+    share of its readings at least as high (``retrieval.evaluation.stats.ece_floor``), and a 90% bootstrap
+    interval of the ECE over the requests."""
+    from retrieval.evaluation.stats import ece, ece_floor
+
+    floor = ece_floor(p, observed=observed, draws=draws, seed=seed)
+    rng = np.random.default_rng(seed)
+    boot = [ece(p[i], y[i]) for i in (rng.integers(0, len(p), len(p)) for _ in range(draws))]
+    return {"floor": floor["median"], "p_value": floor["p_value"],
+            "ci90": [float(np.percentile(boot, 5)), float(np.percentile(boot, 95))]}
 
 
 def main(argv: list[str] | None = None) -> int:

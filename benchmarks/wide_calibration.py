@@ -211,7 +211,8 @@ def check(rows: Path, out: Path, written: bool) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         flow = flow_file(rows, Path(tmp) / "flow.json", with_report=not written)
         status = probe_check(probes, flow, items, judged, 0.10, 0.83, out, probe_judged,
-                             probes / ("probe_flow_written.json" if written else "probe_flow.json"), probe_items)
+                             probes / ("probe_flow_written.json" if written else "probe_flow.json"), probe_items,
+                             detail=True)
         all_rows = json.loads(flow.read_text())["rows"]
     if status:
         return status

@@ -100,11 +100,12 @@ def _start_engine(state: ServiceState, root: Path, pipeline: Any | None) -> None
     if state.settings.calibrate_after_change_s is not None:
         from retrieval.index.examples import llm_client
 
-        from .calibration import keep_calibrated
-        try:
-            llm_client().close()
-        except ValueError as exc:
-            raise ValueError(f"TOOLRANK_CALIBRATE_AFTER_CHANGE_S needs an LLM endpoint: {exc}") from None
+        from .calibration import jobs_of, keep_calibrated
+        if jobs_of(state, engine) is not None:   # a read-only copy or Qdrant: said by keep_calibrated, no endpoint needed
+            try:
+                llm_client().close()
+            except ValueError as exc:
+                raise ValueError(f"TOOLRANK_CALIBRATE_AFTER_CHANGE_S needs an LLM endpoint: {exc}") from None
         keep_calibrated(state, engine, "start")
     state.scorer = scorer
     state.engine = engine

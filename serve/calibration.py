@@ -49,6 +49,9 @@ _WRITE_EVERY_S = 1.0   # progress is written at most this often (and at each pha
 _LOCK_TRIES_S = 0.2    # a POST waits this long for a lock another worker only looks at (GET probes it)
 
 
+_STARTED = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")   # this process's start, as records say
+
+
 class CalibrationRunning(RuntimeError):
     """A calibration of this store is already running (in this worker or another)."""
 
@@ -93,6 +96,8 @@ class CalibrationJobs:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._timer: threading.Timer | None = None
+        self._client: Any = None   # the running job's endpoint client (cancelled when the worker stops)
+        self._closing = False
 
     # ------------------------------------------------------------------ reading
 
@@ -150,6 +155,8 @@ class CalibrationJobs:
         it), and only if the served index then has no calibration: the service's automatic calibration
         (``calibrate_after_change_s``). A job running then (here or in another worker) defers it again."""
         with self._mutex:
+            if self._closing:
+                return
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = threading.Timer(delay, self._fire, args=(engine, probes, delay, trigger))
@@ -164,6 +171,14 @@ class CalibrationJobs:
             engine.refresh()
             if getattr(engine.snapshot.pipeline, "catalog_calibration", None) is not None:
                 return   # calibrated meanwhile (by another worker, or nothing changed the tools)
+            last = self.state()
+            if last.get("state") == "running":
+                self.schedule(engine, probes, max(delay, 5.0), trigger)   # after it: it may probe an older catalog
+                return
+            if last.get("state") in ("failed", "stopped") and (last.get("probed_version") or 0) >= engine.snapshot.version \
+                    and str(last.get("started_at", "")) >= _STARTED:
+                return   # this version was tried since the service started (another worker's run, or stopped by
+                #          DELETE): a new catalog change or a restart tries again
             client = llm_client()
             try:
                 self.start(engine, client, probes, trigger=trigger)
@@ -185,6 +200,8 @@ class CalibrationJobs:
             OSError: the store folder cannot be written.
         """
         with self._mutex:
+            if self._closing:
+                raise CalibrationRunning("this worker is stopping")
             if self._thread is not None and self._thread.is_alive():
                 raise CalibrationRunning("a calibration of this catalog is already running (in this worker)")
             fd = self._lock()
@@ -198,6 +215,7 @@ class CalibrationJobs:
                        "started_at": _now(), "worker": f"{socket.gethostname()}:{os.getpid()}", "trigger": trigger,
                        "phase": "starting", "done": 0, "total": 0, "message": "probing the served catalog"}
                 self._write(job)
+                self._client = client
                 self._thread = threading.Thread(target=self._run, args=(fd, engine, snap, client, job), daemon=True,
                                                 name="toolrank-calibration")
                 self._thread.start()
@@ -242,12 +260,16 @@ class CalibrationJobs:
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop this worker's job (the service is stopping) and wait up to ``timeout`` s for it to record so."""
         with self._mutex:
+            self._closing = True   # no timer starts a run any more
             if self._timer is not None:
                 self._timer.cancel()
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
         self._stop.set()
+        cancel = getattr(self._client, "cancel", None)
+        if callable(cancel):   # the calls in flight end now, not after the endpoint's timeout and retries
+            cancel()
         thread.join(timeout)
 
     def wait(self, timeout: float | None = None) -> None:

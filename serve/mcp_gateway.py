@@ -339,6 +339,7 @@ class Gateway:
         self._calibrating = self._calibration_again = False
         self._stop_calibration = threading.Event()
         self._probe_cache: Path | None = None         # without an index folder: one for this process
+        self._probe_client: Any = None                # the endpoint client of the run in progress
 
     @property
     def forwarding(self) -> bool:
@@ -359,11 +360,17 @@ class Gateway:
                     try:
                         yield self
                     finally:
-                        self._stop_calibration.set()   # a probe run stops after the endpoint calls in flight
+                        self._stop_calibration.set()   # a probe run stops: no endpoint call starts or is retried after
+                        client = self._probe_client
+                        if client is not None:
+                            client.cancel()
                         work.cancel_scope.cancel()
             finally:
                 for b in self.backends.values():
                     b.close()
+                if self._probe_cache is not None:   # --no-save: this process's probe cache goes with it
+                    import shutil
+                    shutil.rmtree(self._probe_cache.parent, ignore_errors=True)
                 holders.cancel_scope.deadline = anyio.current_time() + _SHUTDOWN_GRACE_S
 
     async def wait_ready(self) -> None:
@@ -544,20 +551,26 @@ class Gateway:
                 return
             tools = index.tool_hashes()
             tmp = Path(tempfile.mkdtemp(prefix="toolrank-probe-"))
-            index.save(tmp / "index")   # a copy of its own: harvests change the index in place
-        try:
-            probed = self.components.load_index(tmp / "index")
-            probed.calibration = None
-            if self.index_dir is not None:
-                cache = probe_cache_beside(self.index_dir)
-            else:
-                self._probe_cache = self._probe_cache or Path(tempfile.mkdtemp(prefix="toolrank-probes-")) / "p.jsonl"
-                cache = self._probe_cache
-            with llm_client() as client:
+            try:
+                index.save(tmp / "index")   # a copy of its own: harvests change the index in place
+                probed = self.components.load_index(tmp / "index")
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)   # the copy is in memory now: no user's tools left on disk
+        probed.calibration = None
+        if self.index_dir is not None:
+            cache = probe_cache_beside(self.index_dir)
+        else:
+            self._probe_cache = self._probe_cache or Path(tempfile.mkdtemp(prefix="toolrank-probes-")) / "p.jsonl"
+            cache = self._probe_cache
+        if self._stop_calibration.is_set():
+            return
+        with llm_client() as client:
+            self._probe_client = client
+            try:
                 outcome = write_probes(self.components.make_pipeline(probed), client, cache, n=self.calibrate_probes,
                                        stop=self._stop_calibration.is_set)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            finally:
+                self._probe_client = None
         self.calibration_note = outcome.format()
         if outcome.calibration is None:
             log.warning("%s", self.calibration_note)

@@ -210,6 +210,7 @@ class ChatClient:
         headers = {"Content-Type": "application/json"}
         if config.api_key:
             headers["Authorization"] = f"Bearer {config.api_key}"
+        self._cancelled = False
         self._http = httpx.Client(
             headers=headers,
             timeout=httpx.Timeout(config.timeout),
@@ -218,6 +219,13 @@ class ChatClient:
         )
 
     def close(self) -> None:
+        self._http.close()
+
+    def cancel(self) -> None:
+        """Stop (a run is stopping with its process): a call in flight ends with the reply it is reading (a
+        blocked read cannot be interrupted from another thread) or at once if its connection closes under it,
+        it is not retried, and every call after this raises :class:`EndpointError`, as a failing endpoint does."""
+        self._cancelled = True
         self._http.close()
 
     def __enter__(self) -> "ChatClient":
@@ -243,6 +251,15 @@ class ChatClient:
         if key and len(key) >= 4:
             text = text.replace(key, "[redacted]")
         return _snippet(text, n)
+
+    def _posted(self, url: str, body: dict[str, Any]) -> httpx.Response:
+        """:meth:`_post`, ended by :meth:`cancel` as an :class:`EndpointError` whatever the closed connection raised."""
+        try:
+            return self._post(url, body)
+        except Exception:
+            if self._cancelled:
+                raise EndpointError(f"the call to {url} was cancelled: the run is stopping") from None
+            raise
 
     def _post(self, url: str, body: dict[str, Any]) -> httpx.Response:
         """One POST whose whole reply must arrive within ``config.timeout`` seconds and ``MAX_REPLY_BYTES``
@@ -300,8 +317,10 @@ class ChatClient:
                 logger.info("retrying %s (attempt %d of %d): %s", cfg.url, attempt + 1,
                             cfg.max_retries + 1, last)
             retry_after = None
+            if self._cancelled:
+                raise EndpointError(f"the call to {cfg.url} was cancelled: the run is stopping")
             try:
-                resp = self._post(cfg.url, body)
+                resp = self._posted(cfg.url, body)
             except httpx.ConnectError as exc:
                 raise EndpointError(
                     f"cannot connect to {cfg.url} ({exc}); is the server running? "

@@ -104,7 +104,7 @@ async def put_server(body: ServerUpdate, response: Response, state: AppState, te
         raise ServiceError(422, "invalid_catalog", str(exc)) from None
     state.metrics.catalog_updates.labels("upsert").inc()
     if outcome.changed:
-        keep_calibrated(state, engine, "a catalog change")
+        await anyio.to_thread.run_sync(keep_calibrated, state, engine, "a catalog change")
     response.status_code = 201 if outcome.created else 200
     return ServerChange(name=name, created=outcome.created, changed=outcome.changed, tools=outcome.tools,
                         re_embedded=outcome.re_embedded, index_version=outcome.version, examples_note=note)
@@ -119,7 +119,7 @@ async def delete_server(state: AppState, tenant: AdminTenant, engine: ServingEng
     if not outcome.changed:
         raise _no_such_server(name)
     state.metrics.catalog_updates.labels("delete").inc()
-    keep_calibrated(state, engine, "a catalog change")
+    await anyio.to_thread.run_sync(keep_calibrated, state, engine, "a catalog change")
     return ServerChange(name=name, changed=True, tools=outcome.tools, index_version=outcome.version)
 
 

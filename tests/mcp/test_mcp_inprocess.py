@@ -199,8 +199,12 @@ async def test_the_gateway_calibrates_its_servers_tools_and_keeps_the_map_with_i
     assert saved.calibration == gw.index.calibration                        # saved: the next start reads it
     async with in_process(config=cfg, index=saved, index_dir=tmp_path / "idx", calibrate_probes=10) as (gw2, client):
         payload(await client.call_tool(FIND_TOOLS, {"request": "get the weather forecast for Paris"}))
-        await anyio.sleep(0.3)
+        with anyio.fail_after(30):
+            while gw2.harvests < 1:                                           # the harvest that would trigger it
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)
         assert gw2.calibration_runs == 0 and fake.calls == calls               # calibrated already: nothing asked
+        assert gw2.index.calibration == saved.calibration
 
 
 def test_calibrate_without_an_endpoint_or_a_configuration_is_refused_in_one_line(tmp_path, monkeypatch, capsys):

@@ -329,3 +329,33 @@ def test_an_admin_starts_and_stops_a_calibration_from_the_console(service, monke
     assert wait_done(service)["state"] == "stopped"
     assert "Calibrate the catalog" in service.get("/ui/service").text
     assert service.post("/ui/calibration/other", follow_redirects=False).status_code == 404
+
+
+def test_an_automatic_run_does_not_undo_a_stop_nor_retry_a_failure_of_the_same_catalog(tmp_path, monkeypatch):
+    gate = threading.Event()
+    fake = ProbeClient(gate)
+    use(monkeypatch, fake)
+    client = real_client(tmp_path, calibrate_after_change_s=0.05)
+    try:
+        end = time.monotonic() + 10
+        while fake.calls == 0 and time.monotonic() < end:                # the run at start, held at the gate
+            time.sleep(0.01)
+        assert client.delete("/v1/calibration", headers=key("ops")).status_code == 200
+        gate.set()
+        assert wait_done(client)["state"] == "stopped"
+        calls = fake.calls
+        state = client.app.state.toolrank
+        state.calibration_jobs.schedule(state.engine, 10, 0.05, "a catalog change")   # another worker's timer
+        time.sleep(0.5)
+        assert client.get("/v1/calibration", headers=key("ops")).json()["state"] == "stopped" and fake.calls == calls
+        assert client.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
+        body = wait_done(client, started=True)                           # a new catalog: tried again
+        end = time.monotonic() + 30
+        while body["trigger"] != "a catalog change" or body["state"] == "running":
+            assert time.monotonic() < end, body
+            time.sleep(0.05)
+            body = client.get("/v1/calibration", headers=key("ops")).json()
+        assert body["state"] == "done"
+    finally:
+        client.app.state.toolrank.calibration_jobs.wait(30)
+        client.__exit__(None, None, None)

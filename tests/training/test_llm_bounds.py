@@ -95,3 +95,32 @@ def test_written_examples_are_cleaned_and_capped(tmp_path):
     cache = tmp_path / "cache.jsonl"
     cache.write_text(json.dumps({"server": "S", "tool": "t", "hash": "h", "examples": ["y" * 84_000, "  ok  "]}) + "\n")
     assert [len(e) for e in load_cache(cache)[("S", "t", "h")]] == [MAX_EXAMPLE_CHARS, 2]
+
+
+def test_a_cancelled_client_retries_nothing_and_starts_no_call(llm):
+    import threading
+    import time
+
+    from retrieval.writing.llm import ChatClient, EndpointError, LLMConfig
+
+    llm.delay, llm.fail = 1.0, 10            # slow failing replies: a client would retry them three times
+    client = ChatClient(LLMConfig(base_url=llm.url, model=llm.model, max_retries=3, backoff=0))
+    got: list = []
+
+    def call():
+        try:
+            client.chat([{"role": "user", "content": "hello"}])
+        except Exception as exc:   # noqa: BLE001 - what the call ended with is the assertion
+            got.append(exc)
+
+    worker = threading.Thread(target=call)
+    started = time.monotonic()
+    worker.start()
+    while llm.arrivals == 0 and time.monotonic() - started < 5:
+        time.sleep(0.01)
+    client.cancel()
+    worker.join(10)
+    assert time.monotonic() - started < 2.5 and len(got) == 1 and llm.arrivals == 1   # the reply read, no retry
+    assert isinstance(got[0], EndpointError) and "cancelled" in str(got[0])
+    with pytest.raises(EndpointError, match="cancelled"):
+        client.chat([{"role": "user", "content": "again"}])
