@@ -16,12 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 import anyio
 
@@ -282,6 +282,34 @@ class Backend:
             log.info("server %r: connection closed (%s)", self.name, conn.reason)
         finally:
             conn.dead.set()
+
+
+@contextmanager
+def _probe_lock(cache: Path) -> Iterator[bool]:
+    """An exclusive ``flock`` beside a probe cache while one gateway probes (True), or False when another process
+    holds it: two gateways on one configuration (two MCP clients) would pay for every probe twice and rewrite
+    each other's cache lines."""
+    import fcntl
+    import os
+
+    try:
+        fd = os.open(f"{cache}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:   # a folder it cannot write: probe without the lock (the cache will say why)
+        log.warning("cannot lock %s.lock (%s); probing anyway", cache, exc)
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def _error_result(text: str) -> "types.CallToolResult":
@@ -564,13 +592,17 @@ class Gateway:
             cache = self._probe_cache
         if self._stop_calibration.is_set():
             return
-        with llm_client() as client:
-            self._probe_client = client
-            try:
-                outcome = write_probes(self.components.make_pipeline(probed), client, cache, n=self.calibrate_probes,
-                                       stop=self._stop_calibration.is_set)
-            finally:
-                self._probe_client = None
+        with _probe_lock(cache) as mine:
+            if not mine:   # another gateway on this configuration probes the same tools: it saves the map
+                log.info("another toolrank mcp on this configuration is calibrating it; its map is read at the next start")
+                return
+            with llm_client() as client:
+                self._probe_client = client
+                try:
+                    outcome = write_probes(self.components.make_pipeline(probed), client, cache,
+                                           n=self.calibrate_probes, stop=self._stop_calibration.is_set)
+                finally:
+                    self._probe_client = None
         self.calibration_note = outcome.format()
         if outcome.calibration is None:
             log.warning("%s", self.calibration_note)

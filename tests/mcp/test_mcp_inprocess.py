@@ -219,3 +219,45 @@ def test_calibrate_without_an_endpoint_or_a_configuration_is_refused_in_one_line
     monkeypatch.setenv("TOOLRANK_LLM_BASE_URL", "http://127.0.0.1:9/v1")
     assert main(["--calibrate", "--calibrate-probes", "5", "--mcp-config", str(cfg)]) == 2
     assert "at least 10" in capsys.readouterr().err
+
+
+@run
+async def test_tools_that_change_while_probed_get_a_map_of_their_own(tmp_path, monkeypatch):
+    import json
+    import threading
+
+    import retrieval.index.examples as ix
+    from fakes import ProbeClient
+
+    gate = threading.Event()
+    fake = ProbeClient(gate)
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: fake)
+    cfg = load_mcp_config(write_config(tmp_path / "mcp.json", {"changing": server("changing")}))
+    async with in_process(config=cfg, index_dir=tmp_path / "idx", calibrate_probes=10) as (gw, client):
+        with anyio.fail_after(30):
+            while fake.calls == 0:                                             # the first run, held at the gate
+                await anyio.sleep(0.02)
+        added = await client.call_tool(CALL_TOOL, {"server": "changing", "tool": "add_tool", "arguments": {
+            "name": "translate_text", "description": "Translate a text into another language"}})
+        assert not added.isError, text(added)
+        with anyio.fail_after(30):
+            while gw.tool_count() < 4:                                          # harvested again, mid-run
+                await anyio.sleep(0.05)
+        gate.set()
+        with anyio.fail_after(30):
+            while gw.calibration_runs < 1 or gw._calibrating:
+                await anyio.sleep(0.05)
+        assert gw.calibration_runs == 1 and gw.index.calibration is not None
+    probed = {json.loads(line).get("tool") for line in (tmp_path / "idx.probes.jsonl").read_text().splitlines()}
+    assert "translate_text" in probed                                           # the map is the new tools'
+
+
+def test_one_gateway_at_a_time_probes_a_configuration(tmp_path):
+    from serve.mcp_gateway import _probe_lock
+
+    cache = tmp_path / "idx.probes.jsonl"
+    with _probe_lock(cache) as first:
+        with _probe_lock(cache) as second:          # another process's open file: the same flock conflict
+            assert first is True and second is False
+    with _probe_lock(cache) as again:
+        assert again is True                         # released with the run

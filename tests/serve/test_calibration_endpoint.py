@@ -359,3 +359,72 @@ def test_an_automatic_run_does_not_undo_a_stop_nor_retry_a_failure_of_the_same_c
     finally:
         client.app.state.toolrank.calibration_jobs.wait(30)
         client.__exit__(None, None, None)
+
+
+def _runs(monkeypatch, client_factory):
+    """Count the automatic runs: each asks the factory for one endpoint client."""
+    made = []
+
+    def factory(concurrency=4):
+        made.append(client_factory())
+        return made[-1]
+
+    monkeypatch.setattr(ix, "llm_client", factory)
+    return made
+
+
+def test_a_burst_of_changes_is_one_run_and_a_calibrated_store_starts_none(tmp_path, monkeypatch):
+    made = _runs(monkeypatch, ProbeClient)
+    client = real_client(tmp_path, calibrate_after_change_s=0.6)
+    try:
+        assert wait_done(client, started=True)["state"] == "done"
+        before = len(made)                                                 # the endpoint check + the start run
+        for i in range(3):             # each change within the delay of the one before: one run, after the last
+            body = {**BODY, "tools": [{"name": f"t{i}", "description": f"ticket action {i}"}]}
+            assert client.put("/v1/servers/Tracker", json=body, headers=key("ops")).status_code in (200, 201)
+            time.sleep(0.35 if i < 2 else 0)
+        end = time.monotonic() + 30
+        while True:
+            rec = client.get("/v1/calibration", headers=key("ops")).json()
+            if rec["trigger"] == "a catalog change" and rec["state"] != "running":
+                break
+            assert time.monotonic() < end, rec
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert rec["state"] == "done" and len(made) == before + 1           # one run for the burst
+    finally:
+        client.app.state.toolrank.calibration_jobs.wait(30)
+        client.__exit__(None, None, None)
+    started = rec["started_at"]
+    client = real_client(tmp_path, calibrate_after_change_s=0.05)           # a restart on the calibrated store
+    try:
+        time.sleep(0.5)
+        rec = client.get("/v1/calibration", headers=key("ops")).json()
+        assert rec["started_at"] == started and rec["catalog_calibration"] is not None   # no new run
+    finally:
+        client.__exit__(None, None, None)
+
+
+def test_a_change_during_a_run_is_followed_by_a_run_on_the_new_catalog(tmp_path, monkeypatch):
+    gate = threading.Event()
+    made = _runs(monkeypatch, lambda: ProbeClient(gate))
+    client = real_client(tmp_path, calibrate_after_change_s=0.05)
+    try:
+        end = time.monotonic() + 10
+        while not any(c.calls for c in made) and time.monotonic() < end:   # the start run, held at the gate
+            time.sleep(0.01)
+        assert client.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
+        time.sleep(0.3)                                                      # its timer waits for the run
+        assert client.get("/v1/calibration", headers=key("ops")).json()["trigger"] == "start"
+        gate.set()
+        end = time.monotonic() + 30
+        while True:
+            rec = client.get("/v1/calibration", headers=key("ops")).json()
+            if rec["trigger"] == "a catalog change" and rec["state"] != "running":
+                break
+            assert time.monotonic() < end, rec
+            time.sleep(0.05)
+        assert rec["state"] == "done" and rec["catalog_calibration"] == rec["calibration"]
+    finally:
+        client.app.state.toolrank.calibration_jobs.wait(30)
+        client.__exit__(None, None, None)
