@@ -154,10 +154,6 @@ def _calibrate(a: argparse.Namespace, path: Path, client) -> int:
     index = ToolIndex.load(path)
     had = index.calibration is not None
     index.calibration = None   # probes read the shipped probabilities
-    if index.with_examples and any(t.examples for t in index.catalog.tools):
-        print("note: this index holds example requests; the probes' figures in docs/day-one.md were measured on "
-              "indexes without them (probes written like examples may find their tools more easily than real "
-              "requests do)", file=sys.stderr)
     pipe = load_pipeline(index, a.model, public_suggestions=False)   # probes are first attempts: no no_fit
     with client:
         outcome = write_probes(pipe, client, probe_cache_beside(path), n=a.probes or DEFAULT_PROBES,
