@@ -16,6 +16,10 @@ catalogs' rows (``--report``), never chosen there. Medians over ``--repeats`` dr
 "gated": the recalibration is applied only where it beats the identity on the tenant's own feedback, by
 five-fold cross-validated log loss (a tenant whose probabilities are already near its rates keeps them).
 
+Since 0.16.0 the thresholds move through the tenant's map too, so no decision changes: the "no-fit" columns say
+what reading the map against the shipped thresholds (as before 0.16.0) would have cost — the share of the kind's
+no-fit twins that would proceed; with the thresholds moved it stays the "before" share.
+
 What it leaves out, said plainly: real feedback is biased (searches where the agent called nothing, as on a
 no-fit request, give no observation), and an agent does not always call the right tool.
 """
@@ -34,7 +38,8 @@ if __package__ in (None, ""):
 
 from benchmarks.common import ROOT, markdown_table, stamp_line, write_result  # noqa: E402
 from retrieval.evaluation.stats import ece  # noqa: E402
-from retrieval.pipeline.recalibration import UseRecalibration, beats_identity, fit_recalibration  # noqa: E402
+from retrieval.pipeline.recalibration import (DEFAULT_PULL, UseRecalibration, beats_identity,  # noqa: E402
+                                              fit_recalibration)
 
 RESULTS = ROOT / "benchmarks" / "results"
 LAMBDAS = (0.0, 0.5, 2.0, 8.0, 32.0)
@@ -82,6 +87,27 @@ def _rows(path: Path) -> list[dict]:
     return json.loads(path.read_text())["rows"]
 
 
+def _judged_wide(fit_rows: list[dict], report_rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The fit rows and the report rows with the wide measure's added requests, each answerable row's ``right1``
+    now "its first tool is labelled or judged to fit" (what the probability claims); rows no judge read are left
+    out (every first tool of these sets was read)."""
+    from benchmarks.catalog_calibration import first_fits, load_fits
+
+    judged = RESULTS / "judged_flow"
+
+    def relabel(rows: list[dict], items: list[Path], answers: list[Path]) -> list[dict]:
+        fits = load_fits(items, answers)
+        return [dict(r, right1=first_fits(r, fits)) if r["answerable"] else r for r in rows
+                if not r["answerable"] or r.get("right1") or fits(r) is not None]
+
+    wide = _rows(RESULTS / "wide_calibration_rows.json")
+    report = relabel([r for r in report_rows if r.get("mode") in ("need", "request_only")] + wide,
+                     [judged / "report" / "items.jsonl", judged / "wide" / "items.jsonl"],
+                     sorted((judged / "report").glob("judged_0*.jsonl")) + sorted((judged / "wide").glob("judged_0*.jsonl")))
+    fit = relabel(fit_rows, [judged / "fit" / "items.jsonl"], sorted((judged / "fit").glob("judged_0*.jsonl")))
+    return fit, report
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", type=Path, default=RESULTS / "agent_flow_fit.json",
@@ -92,10 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=100, help="random draws per figure (median reported)")
     ap.add_argument("--mode", default="need", help="the flow's mode (request_only, need, late_need)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--wide", action="store_true",
+                    help="read the report kinds on up to 400 answerable requests each (benchmarks/wide_calibration.py's "
+                         "rows added to the flow's), and every first tool as labelled or judged to fit (the fit rows too, "
+                         "with their judge); modes need and request_only")
     a = ap.parse_args(argv)
     try:
         ks = [int(x) for x in a.feedback.split(",") if x.strip()]
         fit_rows, report_rows = _rows(a.fit), _rows(a.report)
+        if a.wide:
+            fit_rows, report_rows = _judged_wide(fit_rows, report_rows)
     except (OSError, ValueError, KeyError) as exc:
         ap.error(f"cannot read the rows: {exc}")
     if not ks or min(ks) < 5 or a.repeats < 1:
@@ -108,14 +140,18 @@ def main(argv: list[str] | None = None) -> int:
         # the pull: the one with the lowest mean ECE after, over the fit catalogs
         scores = {lam: np.mean([v["ece_after"] for v in simulate(fit_rows, k, lam, a.repeats, threshold,
                                                                   a.mode).values()]) for lam in LAMBDAS}
-        lam = min(scores, key=scores.get)
+        finite = {x: v for x, v in scores.items() if np.isfinite(v)}
+        # too few fit rows for this many observations: the pull the service uses
+        lam = min(finite, key=finite.get) if finite else DEFAULT_PULL
         result["lambda_by_k"][k] = {"chosen": lam, "fit_mean_ece_after": {str(x): float(s) for x, s in scores.items()}}
         rep = simulate(report_rows, k, lam, a.repeats, threshold, a.mode, seed=1)
         result["report"][k] = rep
-        print(f"\n{k} feedback observations per tenant (pull {lam} chosen on the fit catalogs; "
+        print(f"\n{k} feedback observations per tenant (pull {lam} "
+              f"{'chosen on the fit catalogs' if finite else 'as the service uses: the fit catalogs have too few rows'}; "
               f"fit mean ECE after by pull: {', '.join(f'{x}: {s:.3f}' for x, s in scores.items())})")
         print(markdown_table(["held-out catalog", "answerable", "ECE best before", "after (median)",
-                              "gated: applied", "gated ECE", f"no-fit >= {threshold} before", "after", "gated"],
+                              "gated: applied", "gated ECE", f"no-fit >= {threshold} (decisions now)",
+                              "if decisions read the map", "gated, if so"],
                              [[kind, v["n"], f"{v['ece_before']:.3f}", f"{v['ece_after']:.3f}", f"{v['applied']:.0%}",
                                f"{v['ece_gated']:.3f}", f"{v['nofit_proceed_before']:.2f}",
                                f"{v['nofit_proceed_after']:.2f}", f"{v['nofit_proceed_gated']:.2f}"]

@@ -3,7 +3,7 @@ where a calibrated model no longer reads 0.07-0.09 by chance alone).
 
     python benchmarks/wide_calibration.py need-batches --out runs/wide      # requests without a blind need
     # blind need writers (training/data/briefs/needs_blind.md) -> runs/wide/needs_*.jsonl, merged into
-    #   benchmarks/data/needs_wide.jsonl (python -m training.needs merge --inputs runs/wide --outputs runs/wide ...)
+    #   benchmarks/data/needs_wide.jsonl (training.needs.merge(Path("runs/wide"), Path("runs/wide"), NEEDS_WIDE))
     python benchmarks/wide_calibration.py run --out runs/wide               # first searches of the new requests
     python benchmarks/wide_calibration.py mine --out runs/wide             # judge items: unlabelled first tools
     # blind judges (benchmarks/results/judged_flow/brief.md) -> judged_*.jsonl
@@ -34,6 +34,8 @@ import json
 import random
 import sys
 from pathlib import Path
+
+import numpy as np
 
 if __package__ in (None, ""):   # run as a file: the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -224,8 +226,51 @@ def check(rows: Path, out: Path, written: bool) -> int:
         print(f"| {kind} | {right} | {empty} | {empty / max(right, 1):.1%} |")
     result = json.loads(out.read_text())
     result["late_need_empties"] = {k: {"right_first": a, "end_empty": b} for k, (a, b) in empties.items()}
+    if not written:
+        result["pooled_with_0130"] = pooled_with_0130(all_rows, items, judged, result["table"])
     write_result(out, result, indent=1)
     return 0
+
+
+def pooled_with_0130(rows: list[dict], items: list[Path], judged: list[Path], table: dict) -> dict:
+    """The reading on every request either draw searched: these rows, and 0.13.0's (``calibration_report.json``:
+    up to 400 answerable requests per kind drawn apart, searched with the same shipped model, their first tools
+    judged by 0.13.0's judges, ``judged_flow/calibration/``) for the requests these do not hold. Each draw's rows
+    are read against its own judges (on the requests both drew, the two agree on 94-100% of first tools). Prints
+    the table; returns it."""
+    from benchmarks.catalog_calibration import first_fits, load_fits
+    from retrieval.evaluation.stats import ece, ece_floor
+    from retrieval.pipeline.recalibration import platt
+
+    res = RESULTS / "judged_flow" / "calibration"
+    older = [r for r in json.loads((RESULTS / "calibration_report.json").read_text())["rows"]
+             if r.get("answerable") and r.get("mode") in MODES]
+    fits_new = load_fits(items, judged)
+    fits_old = load_fits([res / "items.jsonl"], sorted(res.glob("judged_0*.jsonl")))
+    have = {(r["catalog"], r["id"], r["mode"]) for r in rows if r.get("answerable")}
+    out: dict = {}
+    print("\npooled with 0.13.0's draw of up to 400 requests per kind (calibration_report.json; each draw read "
+          "against its own judges): n, then ECE (a calibrated model with those probabilities reads; p)\n")
+    print("| catalog | mode | n (of them 0.13.0's) | shipped | probes |\n|---|---|---|---|---|")
+    for kind, modes in table.items():
+        for mode, cell in modes.items():
+            mine = [r for r in rows if r.get("answerable") and r["catalog"] == kind and r["mode"] == mode]
+            theirs = [r for r in older if r["catalog"] == kind and r["mode"] == mode
+                      and (kind, r["id"], mode) not in have]
+            p = np.array([r["best1"] for r in mine + theirs])
+            y = np.array([first_fits(r, fits_new) for r in mine] + [first_fits(r, fits_old) for r in theirs],
+                         dtype=float)
+            a, b = cell["params"]["pooled_platt"]
+            got = {"n": len(p), "from_0130": len(theirs)}
+            for name, q in (("shipped", p), ("probes", platt(p, a, b))):
+                e = float(ece(q, y))
+                floor = ece_floor(q, observed=e)
+                got[name] = {"ece": e, "floor": floor["median"], "p_value": floor["p_value"]}
+            out.setdefault(kind, {})[mode] = got
+            print(f"| {kind} | {mode} | {got['n']} ({got['from_0130']}) | "
+                  + " | ".join(f"{got[m]['ece']:.3f} ({got[m]['floor']:.3f}; p {got[m]['p_value']:.3f})"
+                               for m in ("shipped", "probes")) + " |")
+    return out
 
 
 def late_need_empties(rows: list[dict]) -> dict[str, tuple[int, int]]:

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from fakes import tiny_catalog
 
 from benchmarks import judged_flow, wide_calibration as wc
@@ -60,3 +62,22 @@ def test_late_need_empties_count_right_first_answers_under_the_floor_both_times(
             row("d", "request_only", 0.1, right=False), row("d", "need", 0.1),   # not a right first answer
             row("e", "request_only", 0.1)]                                # no search with the need: left out
     assert wc.late_need_empties(rows) == {"k": (3, 1)}
+
+
+def test_the_pooled_reading_adds_only_the_other_draws_requests_each_read_by_its_own_judge(tmp_path, monkeypatch):
+    res = tmp_path / "judged_flow" / "calibration"
+    res.mkdir(parents=True)
+    older = [{"id": i, "catalog": "k", "mode": "need", "answerable": True, "best1": 0.9, "right1": False,
+              "tools1": [["S", "x"]]} for i in ("a", "z")]
+    (tmp_path / "calibration_report.json").write_text(json.dumps({"rows": older}))
+    _write(res / "items.jsonl", [{"id": i, "catalog": "k", "candidates": [{"server": "S", "tool": "x"}]}
+                                 for i in ("a", "z")])
+    _write(res / "judged_01.jsonl", [{"id": "a", "n": 1, "p": {}}, {"id": "z", "n": 1, "p": {"1": 0.9}}])
+    monkeypatch.setattr(wc, "RESULTS", tmp_path)
+    mine = [{"id": "a", "catalog": "k", "mode": "need", "answerable": True, "best1": 0.9, "right1": True,
+             "tools1": [["S", "y"]]}]
+    table = {"k": {"need": {"params": {"pooled_platt": [1.0, 0.0]}}}}
+    got = wc.pooled_with_0130(mine, [], [], table)["k"]["need"]
+    assert got["n"] == 2 and got["from_0130"] == 1          # "a" is this draw's; only "z" comes from the other
+    assert got["shipped"]["ece"] == pytest.approx(0.1)        # both fit (a labelled, z judged) at 0.9
+    assert got["probes"]["ece"] == pytest.approx(0.1)         # the identity map

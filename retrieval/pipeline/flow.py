@@ -440,8 +440,10 @@ class Pipeline:
                 (:class:`~retrieval.index.learned.LearnedExamples`); they change this search only.
             recalibration: the tenant's recalibration learnt from its feedback
                 (:class:`~retrieval.pipeline.recalibration.UseRecalibration`), applied to every calibrated
-                probability before the decision (the order never changes). It reads the shipped scale and
-                supersedes the catalog's calibration (:attr:`catalog_calibration`) for this search.
+                probability and, with them, to the thresholds (the order and the decisions never change;
+                0.16.0: before, decisions read the recalibrated probabilities against the shipped thresholds).
+                It reads the shipped scale and supersedes the catalog's calibration (:attr:`catalog_calibration`)
+                for this search.
         Raises:
             ValueError: empty request, k < 1, unknown format.
         """
@@ -450,8 +452,9 @@ class Pipeline:
         req = self._resolve(request, need, eligible, previous, k, fmt, policy, explain, learned)
         # the catalog's map, unless the tenant has its own from feedback (which reads the shipped scale)
         cal = self.catalog_calibration if recalibration is None else None
-        if cal is not None:   # the thresholds move with the probabilities: the same decisions
-            req = dataclasses.replace(req, policy=cal.policy(req.policy))
+        mapping = recalibration if recalibration is not None else cal
+        if mapping is not None:   # the thresholds move with the probabilities: the same decisions
+            req = dataclasses.replace(req, policy=mapping.policy(req.policy))
         found = self._shortcuts(req)
         hits = self._retrieve(req, found)
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)

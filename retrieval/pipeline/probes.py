@@ -45,7 +45,7 @@ from retrieval.writing.llm import ChatClient, GenerationError
 from retrieval.writing.prompting import ContentError, clip, json_object, messages, tool_list, tool_text
 from retrieval.writing.runner import JsonlOutput, ask, read_rows, run_jobs
 
-from .recalibration import DEFAULT_PULL as PULL, fit_recalibration, platt
+from .recalibration import DEFAULT_PULL as PULL, fit_recalibration, moved_policy, platt
 
 if TYPE_CHECKING:
     from .decision import Policy
@@ -85,9 +85,7 @@ class CatalogCalibration:
 
     def policy(self, policy: "Policy") -> "Policy":
         """``policy`` with every probability threshold moved through the same map: the same decisions."""
-        moved = {name: float(self.apply(getattr(policy, name)))
-                 for name in ("proceed_threshold", "no_fit_below", "floor", "exact_name_confidence")}
-        return policy.with_overrides(**moved)
+        return moved_policy(policy, self.apply)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "probe_platt", **asdict(self)}

@@ -10,18 +10,24 @@ so a tenant whose probabilities already match its rates keeps them (``benchmarks
 Gorilla 0.60 -> 0.06 and MCP-Zero organisations 0.16 -> 0.07 after 25 observations, the others within 0.01).
 
 What it cannot see: a search where the agent called nothing (a request no tool fits) gives no observation, so
-the fit learns from answerable traffic; and it assumes the agent called a tool that fitted.
+the fit learns from answerable traffic; and it assumes the agent called a tool that fitted. That is why, since
+0.16.0, the thresholds move through the same map (:func:`moved_policy`, as a catalog's calibration moves them):
+it changes what the numbers say, never a decision — read against the shipped thresholds it would let most no-fit
+requests of an under-confident catalog proceed (``benchmarks/results/use_recalibration_wide_need.md``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["UseRecalibration", "DEFAULT_PULL", "MIN_OBSERVATIONS", "fit_recalibration", "fit_use_recalibration",
-           "beats_identity"]
+__all__ = ["UseRecalibration", "DEFAULT_PULL", "MIN_OBSERVATIONS", "THRESHOLDS", "fit_recalibration",
+           "fit_use_recalibration", "beats_identity", "moved_policy", "platt"]
+
+if TYPE_CHECKING:
+    from .decision import Policy
 
 DEFAULT_PULL = 0.5        # chosen on the fit catalogs' rows (benchmarks/results/use_recalibration.md)
 MIN_OBSERVATIONS = 25
@@ -45,6 +51,15 @@ def platt(p: np.ndarray | Sequence[float] | float, a: float, b: float) -> np.nda
     return expit(a * _logit(np.asarray(p, dtype=np.float64)) + b)
 
 
+THRESHOLDS = ("proceed_threshold", "no_fit_below", "floor", "exact_name_confidence")   # a Policy's probabilities
+
+
+def moved_policy(policy: "Policy", apply: Callable[[float], Any]) -> "Policy":
+    """``policy`` with every probability threshold moved through the monotone map ``apply``: read against mapped
+    probabilities, it gives the decisions the shipped thresholds give on the shipped ones."""
+    return policy.with_overrides(**{name: float(apply(getattr(policy, name))) for name in THRESHOLDS})
+
+
 @dataclass(frozen=True)
 class UseRecalibration:
     """``q = sigmoid(a * logit(p) + b)`` with ``a > 0`` (the order of a tenant's tools never changes)."""
@@ -59,6 +74,10 @@ class UseRecalibration:
 
     def apply(self, p: np.ndarray | Sequence[float]) -> np.ndarray:
         return platt(p, self.a, self.b)
+
+    def policy(self, policy: "Policy") -> "Policy":
+        """``policy`` with its thresholds moved through the same map: the same decisions (0.16.0)."""
+        return moved_policy(policy, self.apply)
 
     def invert(self, q: np.ndarray | Sequence[float] | float) -> np.ndarray:
         """The probability before recalibration (exact up to ``apply``'s clip at 1e-6 from 0 and 1)."""

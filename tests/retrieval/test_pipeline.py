@@ -675,6 +675,23 @@ def test_recalibration_moves_every_probability_keeps_the_order_and_the_raw_best(
     assert "raw_best" not in result_to_dict(down)                       # internal: never in an answer
 
 
+@pytest.mark.parametrize("shipped, b", [(0.8, 2.0), (0.9, -2.0), (0.2, 1.5), (0.4, -1.0)])
+def test_a_recalibration_moves_the_numbers_and_never_a_decision(index, shipped, b):
+    """0.16.0: the thresholds move through the tenant's map too (before, a map lifting 0.8 to 0.97 made a
+    search proceed that the shipped thresholds would not, and the simulated no-fit twins proceeded with it)."""
+    from retrieval.pipeline.recalibration import UseRecalibration
+
+    pipe = make(index, {"post_message": shipped, "list_channels": shipped / 2})
+    cal = UseRecalibration(1.0, b)
+    first = pipe.search("post a message to the team channel")
+    mapped_first = pipe.search("post a message to the team channel", recalibration=cal)
+    for plain, mapped in ((first, mapped_first),            # and the second attempt, each after its own first
+                          (pipe.search("send a note to the channel", previous=first),
+                           pipe.search("send a note to the channel", previous=mapped_first, recalibration=cal))):
+        assert mapped.decision == plain.decision and ids(mapped) == ids(plain)
+        assert mapped.best_probability == pytest.approx(float(cal.apply([plain.best_probability])[0]))
+
+
 def test_no_raw_best_when_a_shortcut_comes_first(index):
     always = make(index, {"post_message": 0.8}, always_available=WEATHER_CHECK)
     assert always.search("post a message to the team channel, and do a weather check").raw_best is None
