@@ -293,14 +293,21 @@ async def calibration_page(request: Request, as_tenant: str = "") -> Response:
 # ------------------------------------------------------------------ service state (admins)
 
 
-@router.get("/ui/service", response_class=HTMLResponse)
-async def service_page(request: Request) -> Response:
+def _admin(request: Request, what: str) -> Tenant | Response:
+    """The logged-in admin, or the answer to give instead (log in first; a 403 page saying ``what``)."""
     tenant = _tenant(request)
     if tenant is None:
         return _login_redirect()
     if not tenant.admin:
-        return _page("missing.html", request, status=403, **_common(request, tenant),
-                     what="The service page needs an admin key.")
+        return _page("missing.html", request, status=403, **_common(request, tenant), what=what)
+    return tenant
+
+
+@router.get("/ui/service", response_class=HTMLResponse)
+async def service_page(request: Request) -> Response:
+    tenant = _admin(request, "The service page needs an admin key.")
+    if isinstance(tenant, Response):
+        return tenant
     state = state_of(request)
     settings = state.settings
     engine = state.engine
@@ -336,12 +343,9 @@ def _calibration_info(engine: Any) -> dict[str, Any]:
 @router.post("/ui/calibration/{action}", response_class=HTMLResponse)
 async def calibration_action(request: Request, action: str) -> Response:
     """Start or stop the served catalog's calibration (admins; what POST / DELETE /v1/calibration do)."""
-    tenant = _tenant(request)
-    if tenant is None:
-        return _login_redirect()
-    if not tenant.admin:
-        return _page("missing.html", request, status=403, **_common(request, tenant),
-                     what="Calibrating the catalog needs an admin key.")
+    tenant = _admin(request, "Calibrating the catalog needs an admin key.")
+    if isinstance(tenant, Response):
+        return tenant
     if action not in ("start", "stop"):
         return _page("missing.html", request, status=404, **_common(request, tenant), what="No such action.")
     from .calibration import CalibrationRunning, jobs_of

@@ -43,6 +43,17 @@ def wait_done(service, timeout=30.0, started=False):
     raise AssertionError("the calibration did not end")
 
 
+def wait_for_change_run(client, timeout=30.0):
+    """The record of the run a catalog change started, once it has ended."""
+    end = time.monotonic() + timeout
+    while True:
+        rec = client.get("/v1/calibration", headers=key("ops")).json()
+        if rec["trigger"] == "a catalog change" and rec["state"] != "running":
+            return rec
+        assert time.monotonic() < end, rec
+        time.sleep(0.05)
+
+
 def search(service, request="open an issue on github for the login bug"):
     r = service.post("/v1/search", json={"request": request}, headers=key("ops"))
     assert r.status_code == 200, r.text
@@ -274,12 +285,7 @@ def test_the_automatic_calibration_follows_the_catalog(tmp_path, monkeypatch):
         at_start = wait_done(client, started=True)          # at start: the served index had none
         assert at_start["state"] == "done" and at_start["trigger"] == "start", at_start
         assert client.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
-        end = time.monotonic() + 30
-        while time.monotonic() < end:                       # the change dropped it; a new one follows
-            body = client.get("/v1/calibration", headers=key("ops")).json()
-            if body["trigger"] == "a catalog change" and body["state"] != "running":
-                break
-            time.sleep(0.05)
+        body = wait_for_change_run(client)                 # the change dropped it; a new one follows
         assert body["state"] == "done" and body["saved_version"] > at_start["saved_version"], body
         assert body["catalog_calibration"] == body["calibration"]
         cached = int(re.search(r"(\d+) from the cache", body["message"]).group(1))
@@ -349,13 +355,7 @@ def test_an_automatic_run_does_not_undo_a_stop_nor_retry_a_failure_of_the_same_c
         time.sleep(0.5)
         assert client.get("/v1/calibration", headers=key("ops")).json()["state"] == "stopped" and fake.calls == calls
         assert client.put("/v1/servers/Tracker", json=BODY, headers=key("ops")).status_code == 201
-        body = wait_done(client, started=True)                           # a new catalog: tried again
-        end = time.monotonic() + 30
-        while body["trigger"] != "a catalog change" or body["state"] == "running":
-            assert time.monotonic() < end, body
-            time.sleep(0.05)
-            body = client.get("/v1/calibration", headers=key("ops")).json()
-        assert body["state"] == "done"
+        assert wait_for_change_run(client)["state"] == "done"           # a new catalog: tried again
     finally:
         client.app.state.toolrank.calibration_jobs.wait(30)
         client.__exit__(None, None, None)
@@ -383,13 +383,7 @@ def test_a_burst_of_changes_is_one_run_and_a_calibrated_store_starts_none(tmp_pa
             body = {**BODY, "tools": [{"name": f"t{i}", "description": f"ticket action {i}"}]}
             assert client.put("/v1/servers/Tracker", json=body, headers=key("ops")).status_code in (200, 201)
             time.sleep(0.35 if i < 2 else 0)
-        end = time.monotonic() + 30
-        while True:
-            rec = client.get("/v1/calibration", headers=key("ops")).json()
-            if rec["trigger"] == "a catalog change" and rec["state"] != "running":
-                break
-            assert time.monotonic() < end, rec
-            time.sleep(0.05)
+        rec = wait_for_change_run(client)
         time.sleep(0.5)
         assert rec["state"] == "done" and len(made) == before + 1           # one run for the burst
     finally:
@@ -417,13 +411,7 @@ def test_a_change_during_a_run_is_followed_by_a_run_on_the_new_catalog(tmp_path,
         time.sleep(0.3)                                                      # its timer waits for the run
         assert client.get("/v1/calibration", headers=key("ops")).json()["trigger"] == "start"
         gate.set()
-        end = time.monotonic() + 30
-        while True:
-            rec = client.get("/v1/calibration", headers=key("ops")).json()
-            if rec["trigger"] == "a catalog change" and rec["state"] != "running":
-                break
-            assert time.monotonic() < end, rec
-            time.sleep(0.05)
+        rec = wait_for_change_run(client)
         assert rec["state"] == "done" and rec["catalog_calibration"] == rec["calibration"]
     finally:
         client.app.state.toolrank.calibration_jobs.wait(30)
