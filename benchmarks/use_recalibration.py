@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                          "rows added to the flow's), and every first tool as labelled or judged to fit (the fit rows too, "
                          "with their judge); modes need and request_only")
     a = ap.parse_args(argv)
+    if a.wide and a.mode not in ("need", "request_only"):
+        ap.error("--wide reads the need and request_only modes only (its added requests have no late_need search)")
     try:
         ks = [int(x) for x in a.feedback.split(",") if x.strip()]
         fit_rows, report_rows = _rows(a.fit), _rows(a.report)

@@ -33,3 +33,25 @@ def test_unreadable_rows_are_a_clear_error(tmp_path):
     with pytest.raises(SystemExit) as exc:
         ur.main(["--fit", str(tmp_path / "missing.json")])
     assert exc.value.code == 2
+
+
+def test_every_probability_threshold_of_a_policy_moves_with_a_map():
+    import dataclasses
+
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.recalibration import THRESHOLDS, UseRecalibration
+
+    floats = {f.name for f in dataclasses.fields(Policy) if f.type in (float, "float")}
+    assert floats == set(THRESHOLDS)          # a new probability threshold must be moved too
+    moved = UseRecalibration(1.0, 1.0).policy(Policy())
+    assert all(getattr(moved, n) > getattr(Policy(), n) for n in THRESHOLDS)
+
+
+def test_the_wide_reading_refuses_a_mode_it_has_no_rows_for(capsys):
+    import pytest
+
+    from benchmarks.use_recalibration import main
+
+    with pytest.raises(SystemExit):
+        main(["--wide", "--mode", "late_need", "--feedback", "25", "--repeats", "1"])
+    assert "--wide reads the need and request_only modes" in capsys.readouterr().err

@@ -75,9 +75,13 @@ def test_the_pooled_reading_adds_only_the_other_draws_requests_each_read_by_its_
     _write(res / "judged_01.jsonl", [{"id": "a", "n": 1, "p": {}}, {"id": "z", "n": 1, "p": {"1": 0.9}}])
     monkeypatch.setattr(wc, "RESULTS", tmp_path)
     mine = [{"id": "a", "catalog": "k", "mode": "need", "answerable": True, "best1": 0.9, "right1": True,
-             "tools1": [["S", "y"]]}]
+             "tools1": [["S", "y"]]},
+            {"id": "b", "catalog": "k", "mode": "need", "answerable": True, "best1": 0.9, "right1": False,
+             "tools1": [["S", "x"]]}]
+    items = _write(tmp_path / "items.jsonl", [{"id": "b", "catalog": "k", "candidates": [{"server": "S", "tool": "x"}]}])
+    judged = _write(tmp_path / "judged.jsonl", [{"id": "b", "n": 1, "p": {"1": 0.95}}])
     table = {"k": {"need": {"params": {"pooled_platt": [1.0, 0.0]}}}}
-    got = wc.pooled_with_0130(mine, [], [], table)["k"]["need"]
-    assert got["n"] == 2 and got["from_0130"] == 1          # "a" is this draw's; only "z" comes from the other
-    assert got["shipped"]["ece"] == pytest.approx(0.1)        # both fit (a labelled, z judged) at 0.9
+    got = wc.pooled_with_0130(mine, [items], [judged], table)["k"]["need"]
+    assert got["n"] == 3 and got["from_0130"] == 1          # "a" and "b" are this draw's; only "z" is the other's
+    assert got["shipped"]["ece"] == pytest.approx(0.1)        # all fit at 0.9: a labelled, b and z each by its judge
     assert got["probes"]["ece"] == pytest.approx(0.1)         # the identity map

@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
@@ -129,6 +130,21 @@ class _Shortcuts:
     casual: list[str]                  # "send a slack msg": evidence, not a restriction
     absent: list[str]                  # named but not connected: public registry servers only
 
+
+
+def _on_this_scale(previous: Any, mapping: Any) -> Any:
+    """The first answer as the second search reads it: when it came from this process (a :class:`SearchResult`,
+    whose ``raw_best`` is its first tool's shipped-scale probability, as the MCP gateway keeps it), that first
+    tool's probability on this search's scale, so a map saved, dropped or refitted between the two attempts
+    (the catalog's, a tenant's) does not move the floor under it. An HTTP client's ``previous`` carries only
+    what it was shown, and is read as it is."""
+    raw = getattr(previous, "raw_best", None)
+    tools = list(getattr(previous, "tools", None) or ())
+    if raw is None or not tools or not dataclasses.is_dataclass(tools[0]):
+        return previous
+    p = float(mapping.apply([raw])[0]) if mapping is not None else float(raw)
+    return SimpleNamespace(attempt=getattr(previous, "attempt", 1),
+                           tools=[dataclasses.replace(tools[0], probability=p), *tools[1:]])
 
 class Pipeline:
     """Retrieval + scorer + decision over one index. Safe to share between threads."""
@@ -470,7 +486,8 @@ class Pipeline:
                                 n_scored=req.policy.score_top if logits is not None else None)
         undecided = decided
         if req.attempt >= 2:   # unchanged unless this search says no_fit
-            decided = keep_first_answer(decided, previous, req.catalog, req.eligible, req.policy, req.max_results)
+            decided = keep_first_answer(decided, _on_this_scale(previous, mapping), req.catalog, req.eligible,
+                                        req.policy, req.max_results)
         kept = decided is not undecided
         result = self._output(req, found, hits, decided)
         if kept:

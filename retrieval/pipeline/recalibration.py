@@ -7,7 +7,8 @@ probability (before any recalibration) and whether the called tool was the first
 pull towards the identity (``pull * ((a - 1)^2 + b^2)``, 0.5 chosen on the fit catalogs' agent-flow rows) and
 used only where it beats the identity by five-fold cross-validated log loss on the tenant's own observations,
 so a tenant whose probabilities already match its rates keeps them (``benchmarks/use_recalibration.py``:
-Gorilla 0.60 -> 0.06 and MCP-Zero organisations 0.16 -> 0.07 after 25 observations, the others within 0.01).
+Gorilla 0.58 -> 0.05 and MCP-Zero organisations 0.17 -> 0.06 after 25 observations against labels; read against
+labelled or judged fits on up to 400 requests, MCPToolBench++ 0.26 -> 0.05 after 50: ``use_recalibration_wide_need.md``).
 
 What it cannot see: a search where the agent called nothing (a request no tool fits) gives no observation, so
 the fit learns from answerable traffic; and it assumes the agent called a tool that fitted. That is why, since

@@ -697,3 +697,17 @@ def test_no_raw_best_when_a_shortcut_comes_first(index):
     assert always.search("post a message to the team channel, and do a weather check").raw_best is None
     exact = make(index).search("run get_alerts for the coast")
     assert exact.tools[0].source == "exact_name" and exact.raw_best is None
+
+
+def test_a_map_that_changes_between_the_two_attempts_does_not_empty_a_kept_first_answer(index):
+    """The first answer of this process (the gateway's) is read on the second search's scale through its raw_best;
+    before, a tenant's map fitted between the attempts moved the floor above it and the answer ended empty."""
+    from retrieval.pipeline.recalibration import UseRecalibration
+
+    first = make(index, {"post_message": 0.4, "list_channels": 0.2}).search("post a message to the team channel")
+    assert first.decision == "search_again" and first.best_probability > 0.25 and first.raw_best is not None
+    low = make(index, {"post_message": 0.1, "list_channels": 0.05})          # the sharper need reads lower
+    for fitted in (None, UseRecalibration(1.0, 1.5), UseRecalibration(1.0, -1.5)):
+        second = low.search("send a note to the channel", previous=first,
+                            **({"recalibration": fitted} if fitted else {}))
+        assert second.decision == "choose" and ids(second)[:1] == ids(first)[:1], fitted
