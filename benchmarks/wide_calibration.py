@@ -6,11 +6,12 @@ where a calibrated model no longer reads 0.07-0.09 by chance alone).
     #   benchmarks/data/needs_wide.jsonl (training.needs.merge(Path("runs/wide"), Path("runs/wide"), NEEDS_WIDE))
     python benchmarks/wide_calibration.py run --out runs/wide               # first searches of the new requests
     python benchmarks/wide_calibration.py mine --out runs/wide             # judge items: unlabelled first tools
-    # blind judges (benchmarks/results/judged_flow/brief.md) -> judged_*.jsonl
-    python benchmarks/catalog_probes.py check --probes benchmarks/data/probes/report --report runs/wide/flow.json \
-        --probe-judged benchmarks/data/probes/report/judged_0*.jsonl \
-        --judged-items benchmarks/results/judged_flow/report/items.jsonl runs/wide/judge_items.jsonl \
-        --judged benchmarks/results/judged_flow/report/judged_0*.jsonl runs/wide/judged_*.jsonl
+    # blind judges (benchmarks/results/judged_flow/brief.md) -> judged_*.jsonl (kept in judged_flow/wide/)
+    python benchmarks/wide_calibration.py run --twins --out runs/wide       # their no-fit twins -> rows_twins.json
+    python benchmarks/wide_calibration.py mine-unread --proceeding --flow runs/wide/rows_twins.json --out ... \
+        --judged-items ... --judged ...                                       # the twins' proceeds no judge read
+    python benchmarks/wide_calibration.py check    # every table, from benchmarks/results/wide_calibration_*rows.json
+    python benchmarks/wide_calibration.py check --written --rows benchmarks/results/wide_calibration_written_rows.json
 
 The agent-flow benchmark reads 100 answerable requests per held-out kind, where a perfectly calibrated model
 itself reads an ECE of 0.07-0.09 (``ece_floor``): the target (<= 0.05) cannot be told from chance there. This
@@ -123,6 +124,28 @@ def _new_cases(per_kind: int, seed: int, index) -> list:
     return cases
 
 
+def _twin_cases(cases: list, index) -> list:
+    """Each added request's no-fit twin, built as the flow builds its own: a corpus request with its labelled tools
+    made ineligible; an MCP-Zero request on its organisation without the labelled tools' servers (the twin
+    ``mcpzero_cases`` drew with it)."""
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.evaluation.agent_flow import Case
+    from retrieval.evaluation.corpora import load_corpus
+    from training.flow_cases import mcpzero_cases
+
+    wanted = {c.id for c in cases}
+    twins = [c for c in mcpzero_cases("test", _needs(), 10 ** 6, random.Random("0:mcpzero-org"), index)
+             if not c.answerable and c.id.removesuffix(":none") in wanted]
+    catalogs: dict[str, list] = {}
+    for c in cases:
+        if c.catalog == "mcpzero-org":
+            continue
+        every = catalogs.setdefault(c.catalog, [t.id for t in load_corpus(c.catalog).catalog.tools])
+        twins.append(Case(c.id + ":none", c.request, c.catalog, Eligibility.of(tools=[t for t in every if t not in c.targets]),
+                          frozenset(), c.need, None))
+    return twins
+
+
 def _flow_cases(index) -> list:
     """The agent flow's own MCP-Zero organisation cases, drawn again as ``agent_flow.flow_rows`` draws them (answerable
     only; the same seed and needs give the same organisations)."""
@@ -134,7 +157,8 @@ def _flow_cases(index) -> list:
     return cases
 
 
-def run(out: Path, per_kind: int, seed: int, threads: int, model: Path, written: Path | None = None) -> int:
+def run(out: Path, per_kind: int, seed: int, threads: int, model: Path, written: Path | None = None,
+        twins: bool = False) -> int:
     """First searches of the added requests; with ``written`` (an index folder, built once) only MCP-Zero
     organisations, every request (the flow's too) searched on the test servers' tools with written examples."""
     from benchmarks.ablation import CachedScorer
@@ -148,6 +172,10 @@ def run(out: Path, per_kind: int, seed: int, threads: int, model: Path, written:
     cases = _new_cases(per_kind, seed, catalogs.index("mcpzero-org"))
     old = _old_rows()
     kinds = ["mcpzero-org", *_kinds()]
+    if twins:
+        if seed != 0:
+            raise SystemExit("--twins follows the organisations drawn with --seed 0")
+        cases = _twin_cases(cases, catalogs.index("mcpzero-org"))
     if written is not None:
         from benchmarks.generated_examples import written_examples_index
 
@@ -163,7 +191,7 @@ def run(out: Path, per_kind: int, seed: int, threads: int, model: Path, written:
             rows += run_flow(Pipeline(catalogs.index(kind), scorer, policy=policy), cs, MODES, show_progress=True,
                              desc=kind, tail=False, first_only=True)
     out.mkdir(parents=True, exist_ok=True)
-    name = "rows_written.json" if written is not None else "rows.json"
+    name = "rows_written.json" if written is not None else "rows_twins.json" if twins else "rows.json"
     environment = environment_stamp()
     write_result(out / name, {"environment": environment, "per_kind": per_kind, "seed": seed,
                               "written_examples": written is not None, "rows": _slim(shippable_rows(rows))}, indent=0)
@@ -228,8 +256,43 @@ def check(rows: Path, out: Path, written: bool) -> int:
     result["late_need_empties"] = {k: {"right_first": a, "end_empty": b} for k, (a, b) in empties.items()}
     if not written:
         result["pooled_with_0130"] = pooled_with_0130(all_rows, items, judged, result["table"])
+        twins_rows = RESULTS / "wide_calibration_twins_rows.json"
+        if twins_rows.is_file():
+            twin_items = RESULTS / "judged_flow" / "wide_twins"
+            result["twins"] = twin_proceeds(
+                [r for r in json.loads(REPORT.read_text())["rows"] if not r["answerable"] and r["mode"] in MODES]
+                + json.loads(twins_rows.read_text())["rows"],
+                [*items, *sorted(twin_items.glob("items.jsonl"))], [*judged, *sorted(twin_items.glob("judged_0*.jsonl"))])
     write_result(out, result, indent=1)
     return 0
+
+
+def twin_proceeds(rows: list[dict], items: list[Path], judged: list[Path]) -> dict:
+    """The no-fit twins' first searches (the flow's 100 per kind and the added requests'): the share that proceed
+    (best probability at or over the shipped threshold), and of all twins the share that proceed with a first tool
+    the judge says does not fit (a wrong proceed; a look-alike that fits is a right one). First searches only: in
+    the flow, a second search adds about a sixth more proceeds with the need, none without it. Prints the table."""
+    from benchmarks.catalog_calibration import load_fits
+    from retrieval.pipeline.decision import Policy
+
+    proceed = Policy().proceed_threshold
+    fits = load_fits(items, judged)
+    out: dict = {}
+    print(f"\nno-fit twins, first search (proceeding at {proceed}); a proceed is wrong when the judge says its first "
+          "tool does not fit\n")
+    print("| catalog | mode | twins | proceed | wrong proceeds | first tools no judge read |\n|---|---|---:|---:|---:|---:|")
+    for kind in sorted({r["catalog"] for r in rows}):
+        for mode in MODES:
+            rs = [r for r in rows if r["catalog"] == kind and r["mode"] == mode and not r["answerable"]]
+            if not rs:
+                continue
+            went = [r for r in rs if r["best1"] >= proceed and r.get("tools1")]
+            unread = sum(1 for r in went if not fits.read(r))
+            wrong = sum(1 for r in went if fits.read(r) and not fits(r))
+            cell = {"twins": len(rs), "proceed": len(went) / len(rs), "wrong": wrong / len(rs), "unread": unread}
+            out.setdefault(kind, {})[mode] = cell
+            print(f"| {kind} | {mode} | {len(rs)} | {cell['proceed']:.1%} | {cell['wrong']:.1%} | {unread} |")
+    return out
 
 
 def pooled_with_0130(rows: list[dict], items: list[Path], judged: list[Path], table: dict) -> dict:
@@ -297,7 +360,7 @@ def late_need_empties(rows: list[dict]) -> dict[str, tuple[int, int]]:
 
 
 def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], probes: Path | None, seed: int,
-                n_batches: int) -> int:
+                n_batches: int, proceeding: bool = False) -> int:
     """Judge items for first searches whose first tool no judgment read yet (labelled ones aside): each
     request with the tools of its first five (both modes) that were never judged for it, shuffled."""
     from benchmarks.catalog_calibration import LATER, load_fits
@@ -311,6 +374,10 @@ def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], pr
     for path in items:
         for rid, p in read_judged(path, judged).items():
             seen.setdefault(rid.split(LATER, 1)[0], set()).update(p)
+    if proceeding:   # only first searches that proceed (the no-fit twins' wrong proceeds)
+        from retrieval.pipeline.decision import Policy
+
+        rows = [r for r in rows if r["best1"] >= Policy().proceed_threshold]
     needing = {base_id(r["id"]) for r in rows if r.get("tools1") and not r.get("right1") and not fits.read(r)}
     text = {p["id"]: p["request"] for p in load_probes(probes)} if probes is not None else _requests(needing)
     todo = write_judge_batches(rows, text, out, n_batches, seed, asked=needing, seen=seen, later=LATER)
@@ -364,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--threads", type=int, default=2)
         s.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
         if name == "run":
+            s.add_argument("--twins", action="store_true",
+                           help="the added requests' no-fit twins instead (writes rows_twins.json)")
             s.add_argument("--written-examples", type=Path, metavar="INDEX_DIR",
                            help="MCP-Zero organisations only, their tools with written example requests (the index "
                                 "is built into INDEX_DIR once; benchmarks/generated_examples.py)")
@@ -376,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--probes", type=Path, help="the probes' folder, when --flow holds probe searches")
     u.add_argument("--seed", type=int, default=0)
     u.add_argument("--batches", type=int, default=4)
+    u.add_argument("--proceeding", action="store_true", help="only first searches that proceed (no-fit twins)")
     c = sub.add_parser("check", help="the probes' maps and the shipped probabilities read on every request")
     c.add_argument("--rows", type=Path, default=RESULTS / "wide_calibration_rows.json")
     c.add_argument("--written", action="store_true", help="the written-examples variant (its rows: --rows)")
@@ -385,13 +455,13 @@ def main(argv: list[str] | None = None) -> int:
         out = a.out or RESULTS / ("wide_calibration_written.json" if a.written else "wide_calibration.json")
         return check(a.rows, out, a.written)
     if a.cmd == "mine-unread":
-        return mine_unread(a.flow, a.out, a.judged_items, a.judged, a.probes, a.seed, a.batches)
+        return mine_unread(a.flow, a.out, a.judged_items, a.judged, a.probes, a.seed, a.batches, a.proceeding)
     if a.per_kind < 1:
         p.error("--per-kind must be at least 1")
     if a.cmd == "need-batches":
         return need_batches(a.out, a.per_kind, a.seed, a.batches)
     if a.cmd == "run":
-        return run(a.out, a.per_kind, a.seed, a.threads, a.model, a.written_examples)
+        return run(a.out, a.per_kind, a.seed, a.threads, a.model, a.written_examples, a.twins)
     return mine(a.out, a.batches, a.seed)
 
 

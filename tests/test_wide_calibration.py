@@ -85,3 +85,18 @@ def test_the_pooled_reading_adds_only_the_other_draws_requests_each_read_by_its_
     assert got["n"] == 3 and got["from_0130"] == 1          # "a" and "b" are this draw's; only "z" is the other's
     assert got["shipped"]["ece"] == pytest.approx(0.1)        # all fit at 0.9: a labelled, b and z each by its judge
     assert got["probes"]["ece"] == pytest.approx(0.1)         # the identity map
+
+
+def test_twin_proceeds_count_wrong_ones_by_the_judge_and_say_what_it_did_not_read(tmp_path):
+    items = _write(tmp_path / "items.jsonl", [{"id": i, "catalog": "k", "candidates": [{"server": "S", "tool": "x"}]}
+                                              for i in ("a", "b")])
+    judged = _write(tmp_path / "judged.jsonl", [{"id": "a", "n": 1, "p": {"1": 0.9}}, {"id": "b", "n": 1, "p": {}}])
+
+    def twin(rid, best, tool="x"):
+        return {"id": rid + ":none", "catalog": "k", "mode": "need", "answerable": False, "best1": best,
+                "tools1": [["S", tool]]}
+
+    rows = [twin("a", 0.9), twin("b", 0.95), twin("c", 0.9, "w"), twin("d", 0.5)]
+    got = wc.twin_proceeds(rows, [items], [judged])["k"]["need"]
+    assert got["twins"] == 4 and got["proceed"] == 0.75            # a, b, c proceed; d does not
+    assert got["wrong"] == 0.25 and got["unread"] == 1             # b's tool does not fit; c's was never read
