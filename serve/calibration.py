@@ -165,8 +165,6 @@ class CalibrationJobs:
             self._timer.start()
 
     def _fire(self, engine: Engine, probes: int, delay: float, trigger: str) -> None:
-        from retrieval.index.examples import llm_client
-
         try:
             engine.refresh()
             if getattr(engine.snapshot.pipeline, "catalog_calibration", None) is not None:
@@ -179,26 +177,32 @@ class CalibrationJobs:
                     and str(last.get("started_at", "")) >= _STARTED:
                 return   # this version was tried since the service started (another worker's run, or stopped by
                 #          DELETE): a new catalog change or a restart tries again
-            client = llm_client()
             try:
-                self.start(engine, client, probes, trigger=trigger)
+                self.start(engine, probes, trigger=trigger)
             except CalibrationRunning:   # after the running one: it may have probed an older catalog
-                client.close()
                 self.schedule(engine, probes, max(delay, 5.0), trigger)
-            except BaseException:
-                client.close()
-                raise
         except Exception:
             log.exception("the automatic catalog calibration (%s) could not start", trigger)
 
-    def start(self, engine: Engine, client: Any, probes: int, trigger: str = "request") -> dict[str, Any]:
-        """Start probing the newest version through ``client`` (a chat client; the job closes it when it ends,
-        this call when it raises); the job's first record.
+    def start(self, engine: Engine, probes: int, trigger: str = "request") -> dict[str, Any]:
+        """Start probing the newest version through the ``TOOLRANK_LLM_*`` endpoint (its client is closed by the
+        job when it ends, by this call when it raises); the job's first record.
 
         Raises:
+            GenerationError: no endpoint is configured (said before anything else).
             CalibrationRunning: one is running on this store already.
             OSError: the store folder cannot be written.
         """
+        from retrieval.index.examples import llm_client
+
+        client = llm_client()
+        try:
+            return self._start(engine, client, probes, trigger)
+        except BaseException:
+            client.close()
+            raise
+
+    def _start(self, engine: Engine, client: Any, probes: int, trigger: str) -> dict[str, Any]:
         with self._mutex:
             if self._closing:
                 raise CalibrationRunning("this worker is stopping")

@@ -348,6 +348,8 @@ async def calibration_action(request: Request, action: str) -> Response:
         return tenant
     if action not in ("start", "stop"):
         return _page("missing.html", request, status=404, **_common(request, tenant), what="No such action.")
+    from retrieval.writing.llm import GenerationError
+
     from .calibration import CalibrationRunning, jobs_of
     from .routes.common import write_to_store
 
@@ -360,21 +362,13 @@ async def calibration_action(request: Request, action: str) -> Response:
     if action == "stop":
         await write_to_store(jobs.request_stop, what="the stop request")
         return RedirectResponse("/ui/service", status_code=303, headers=SECURITY_HEADERS)
-    from retrieval.index.examples import llm_client
-
     try:
-        client = llm_client()
-    except ValueError as exc:
+        await write_to_store(jobs.start, engine, state.settings.calibrate_probes, what="the calibration")
+    except CalibrationRunning as exc:
+        return _page("missing.html", request, status=409, **_common(request, tenant), what=f"{exc}.")
+    except GenerationError as exc:   # no endpoint configured (TOOLRANK_LLM_*)
         return _page("missing.html", request, status=422, **_common(request, tenant),
                      what=f"A calibration needs an LLM endpoint on the service: {exc}")
-    try:
-        await write_to_store(jobs.start, engine, client, state.settings.calibrate_probes, what="the calibration")
-    except CalibrationRunning as exc:
-        client.close()
-        return _page("missing.html", request, status=409, **_common(request, tenant), what=f"{exc}.")
-    except BaseException:
-        client.close()
-        raise
     return RedirectResponse("/ui/service", status_code=303, headers=SECURITY_HEADERS)
 
 

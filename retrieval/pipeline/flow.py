@@ -131,7 +131,6 @@ class _Shortcuts:
     absent: list[str]                  # named but not connected: public registry servers only
 
 
-
 def _on_this_scale(previous: Any, mapping: Any) -> Any:
     """The first answer as the second search reads it: when it came from this process (a :class:`SearchResult`,
     whose ``raw_best`` is its first tool's shipped-scale probability, as the MCP gateway keeps it), that first
@@ -145,6 +144,7 @@ def _on_this_scale(previous: Any, mapping: Any) -> Any:
     p = float(mapping.apply([raw])[0]) if mapping is not None else float(raw)
     return SimpleNamespace(attempt=getattr(previous, "attempt", 1),
                            tools=[dataclasses.replace(tools[0], probability=p), *tools[1:]])
+
 
 class Pipeline:
     """Retrieval + scorer + decision over one index. Safe to share between threads."""
@@ -467,8 +467,7 @@ class Pipeline:
         check_search(request, k, fmt)
         req = self._resolve(request, need, eligible, previous, k, fmt, policy, explain, learned)
         # the catalog's map, unless the tenant has its own from feedback (which reads the shipped scale)
-        cal = self.catalog_calibration if recalibration is None else None
-        mapping = recalibration if recalibration is not None else cal
+        mapping = recalibration if recalibration is not None else self.catalog_calibration
         if mapping is not None:   # the thresholds move with the probabilities: the same decisions
             req = dataclasses.replace(req, policy=mapping.policy(req.policy))
         found = self._shortcuts(req)
@@ -477,10 +476,8 @@ class Pipeline:
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
         raw = probs   # the shipped scale: a tenant's evidence stays comparable whatever map the catalog has
-        if recalibration is not None and len(probs):
-            probs = recalibration.apply(probs)
-        elif cal is not None and len(probs):
-            probs = cal.apply(probs)
+        if mapping is not None and len(probs):
+            probs = mapping.apply(probs)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import anyio
 from fastapi import APIRouter, Response
 
+from retrieval.writing.llm import GenerationError
+
 from ..calibration import CalibrationJobs, CalibrationRunning, jobs_of
 from ..deps import AdminTenant, AppState, ServedSnapshot, ServingEngine
 from ..errors import ServiceError
@@ -54,23 +56,14 @@ def _answer(job: dict, snap: ServedSnapshot) -> CalibrationJob:
              description=_DESCRIPTION)
 async def start_calibration(state: AppState, tenant: AdminTenant, engine: ServingEngine, snap: ServedSnapshot,
                             response: Response, body: CalibrationRequest | None = None) -> CalibrationJob:
-    from retrieval.index.examples import llm_client
-
     jobs = _jobs(state, engine)
     try:
-        client = llm_client()
-    except ValueError as exc:
+        job = await write_to_store(jobs.start, engine, (body or CalibrationRequest()).probes, what="the calibration")
+    except CalibrationRunning as exc:
+        raise ServiceError(409, "calibration_running", f"{exc}; GET /v1/calibration says how it goes") from None
+    except GenerationError as exc:   # no endpoint configured (TOOLRANK_LLM_*)
         raise ServiceError(422, "calibration_unavailable",
                            f"a calibration needs an LLM endpoint on the service: {exc}") from None
-    try:
-        job = await write_to_store(jobs.start, engine, client, (body or CalibrationRequest()).probes,
-                                   what="the calibration")
-    except CalibrationRunning as exc:
-        client.close()
-        raise ServiceError(409, "calibration_running", f"{exc}; GET /v1/calibration says how it goes") from None
-    except BaseException:
-        client.close()
-        raise
     response.headers["Location"] = "/v1/calibration"
     return _answer(job, snap)
 
