@@ -76,6 +76,7 @@ def load_fits(items: Path | list[Path], judged: list[Path]):
         return tool is not None and tuple(tool) in probs.get(base_id(r["id"]), {})
 
     first.read = read
+    first.judged = probs   # per request, each tool the judges read and its probability
     return first
 
 

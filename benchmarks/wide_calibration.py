@@ -31,6 +31,7 @@ Needs written for this (``benchmarks/data/needs_wide.jsonl``) are kept apart fro
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import sys
@@ -57,10 +58,16 @@ def _needs() -> dict[str, dict]:
     return needs
 
 
+@functools.cache
+def _report_rows() -> list[dict]:
+    """The agent flow's rows (``agent_flow_report.json``, read once; callers do not change them)."""
+    return json.loads(REPORT.read_text())["rows"]
+
+
+@functools.cache
 def _old_rows() -> list[dict]:
     """The agent flow's first searches of its answerable requests (the 100 per kind already judged)."""
-    rows = json.loads(REPORT.read_text())["rows"]
-    return [r for r in rows if r.get("mode") in MODES and r.get("answerable")]
+    return [r for r in _report_rows() if r.get("mode") in MODES and r.get("answerable")]
 
 
 def _corpus_pool(name: str, seed: int) -> list:
@@ -260,7 +267,7 @@ def check(rows: Path, out: Path, written: bool) -> int:
         if twins_rows.is_file():
             twin_items = RESULTS / "judged_flow" / "wide_twins"
             result["twins"] = twin_proceeds(
-                [r for r in json.loads(REPORT.read_text())["rows"] if not r["answerable"] and r["mode"] in MODES]
+                [r for r in _report_rows() if not r["answerable"] and r["mode"] in MODES]
                 + json.loads(twins_rows.read_text())["rows"],
                 [*items, *sorted(twin_items.glob("items.jsonl"))], [*judged, *sorted(twin_items.glob("judged_0*.jsonl"))])
     write_result(out, result, indent=1)
@@ -366,14 +373,11 @@ def mine_unread(flow: Path, out: Path, items: list[Path], judged: list[Path], pr
     from benchmarks.catalog_calibration import LATER, load_fits
     from benchmarks.catalog_probes import load_probes
     from benchmarks.judged_flow import write_judge_batches
-    from retrieval.evaluation.judged import base_id, read_judged
+    from retrieval.evaluation.judged import base_id
 
     rows = json.loads(flow.read_text())["rows"]
     fits = load_fits(items, judged)
-    seen: dict[str, set] = {}
-    for path in items:
-        for rid, p in read_judged(path, judged).items():
-            seen.setdefault(rid.split(LATER, 1)[0], set()).update(p)
+    seen = {rid: set(p) for rid, p in fits.judged.items()}
     if proceeding:   # only first searches that proceed (the no-fit twins' wrong proceeds)
         from retrieval.pipeline.decision import Policy
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from .engine import CatalogChanged, Engine
 
-__all__ = ["CalibrationJobs", "CalibrationRunning", "jobs_of", "keep_calibrated", "STATE_FILE", "LOCK_FILE", "STOP_FILE",
+__all__ = ["CalibrationJobs", "CalibrationRunning", "jobs_of", "jobs_to_read", "keep_calibrated", "STATE_FILE", "LOCK_FILE", "STOP_FILE",
            "CACHE_FILE"]
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,16 @@ def jobs_of(state: Any, engine: Engine) -> "CalibrationJobs | None":
     jobs = state.calibration_jobs
     if jobs is None or jobs.root != Path(root):
         jobs = state.calibration_jobs = CalibrationJobs(root)
+    return jobs
+
+
+def jobs_to_read(state: Any, engine: Engine) -> "CalibrationJobs | None":
+    """:func:`jobs_of`, and on a read-only copy of a store jobs that only read the record its writer left; None
+    where no calibration is kept at all (Qdrant, an index without tool hashes)."""
+    jobs = jobs_of(state, engine)
+    root = getattr(engine.store, "root", None)
+    if jobs is None and root is not None and getattr(engine.store, "read_only", False):
+        return CalibrationJobs(root)
     return jobs
 
 

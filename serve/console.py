@@ -324,20 +324,18 @@ async def service_page(request: Request) -> Response:
     }
     import anyio
 
-    calibration = await anyio.to_thread.run_sync(_calibration_info, engine) if engine is not None else None
+    calibration = await anyio.to_thread.run_sync(_calibration_info, state, engine) if engine is not None else None
     return _page("service.html", request, **_common(request, tenant), info=info, calibration=calibration,
                  calibrate_probes=settings.calibrate_probes)
 
 
-def _calibration_info(engine: Any) -> dict[str, Any]:
+def _calibration_info(state: Any, engine: Any) -> dict[str, Any]:
     """The catalog calibration in effect, and the last calibration job's record (``POST /v1/calibration``)."""
-    from .calibration import CalibrationJobs
+    from .calibration import jobs_to_read
 
     cal = getattr(engine.snapshot.pipeline, "catalog_calibration", None)
-    root = getattr(engine.store, "root", None)
-    job = CalibrationJobs(root).state() if root is not None and not getattr(engine.store, "read_through", False) \
-        else None
-    return {"in_effect": cal.to_dict() if cal is not None else None, "job": job}
+    jobs = jobs_to_read(state, engine)
+    return {"in_effect": cal.to_dict() if cal is not None else None, "job": jobs.state() if jobs is not None else None}
 
 
 @router.post("/ui/calibration/{action}", response_class=HTMLResponse)

@@ -501,11 +501,17 @@ class Gateway:
             if index is not None and self.pipeline is None:
                 self.pipeline = self.components.make_pipeline(index)
                 self.policy = self.pipeline.policy.with_overrides(**self._overrides)
-            if changed and index is not None and self.index_dir is not None:
-                try:
-                    index.save(self.index_dir)
-                except (OSError, ValueError) as exc:
-                    log.warning("could not save the index to %s: %s (the update is kept in memory)", self.index_dir, exc)
+            if changed and index is not None:
+                self._save(index)
+
+    def _save(self, index: "ToolIndex") -> None:
+        """Save ``index`` to the index folder, if there is one (under ``_lock``); a failure keeps it in memory."""
+        if self.index_dir is None:
+            return
+        try:
+            index.save(self.index_dir)
+        except (OSError, ValueError) as exc:
+            log.warning("could not save the index to %s: %s (the update is kept in memory)", self.index_dir, exc)
 
     def _tools_changed(self, b: Backend) -> None:
         b.changes += 1
@@ -614,11 +620,7 @@ class Gateway:
                 return
             self.index.calibration = outcome.calibration.to_dict()
             self.calibration_runs += 1
-            if self.index_dir is not None:
-                try:
-                    self.index.save(self.index_dir)
-                except (OSError, ValueError) as exc:
-                    log.warning("could not save the calibrated index to %s: %s (kept in memory)", self.index_dir, exc)
+            self._save(self.index)
         log.info("%s", self.calibration_note)
 
     # ------------------------------------------------------------------ what the caller may see

@@ -119,8 +119,14 @@ class CatalogCalibration:
         return cal
 
 
+def least_probes(min_searches: int = MIN_PROBES) -> int:
+    """The probes planned so that ``min_searches`` searches (two per probe) are reached with a margin for the few
+    left out: 13 for the 20 a fit needs."""
+    return (max(int(min_searches), 1) * 13 + 19) // 20
+
+
 def plan_probes(catalog: Catalog, n: int = DEFAULT_PROBES, seed: int = 0,
-                min_probes: int = (MIN_PROBES * 13 + 19) // 20) -> list[tuple[Tool, int]]:
+                min_probes: int = least_probes()) -> list[tuple[Tool, int]]:
     """``(tool, k)`` for ``max(n, min_probes)`` tools drawn uniformly from ``catalog``; a catalog of fewer than
     ``min_probes`` tools is probed more than once per tool (``k`` = 0, 1, ...) until ``min_probes`` probes.
     ``min_probes`` leaves a margin over the searches a fit needs (two per probe): a few probes left out (an
@@ -248,7 +254,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         raise ValueError("the pipeline already applies a catalog calibration: probe the index without it "
                          "(clear index.calibration before building the pipeline)")
     catalog = pipeline.index.catalog
-    jobs = plan_probes(catalog, n, seed, (max(int(min_searches), 1) * 13 + 19) // 20)
+    jobs = plan_probes(catalog, n, seed, least_probes(min_searches))
     try:   # repairs a line an interrupted run left half-written
         out = JsonlOutput(cache, _cache_key)
     except GenerationError:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 
 from retrieval.writing.llm import GenerationError
 
-from ..calibration import CalibrationJobs, CalibrationRunning, jobs_of
+from ..calibration import CalibrationJobs, CalibrationRunning, jobs_of, jobs_to_read
 from ..deps import AdminTenant, AppState, ServedSnapshot, ServingEngine
 from ..errors import ServiceError
 from ..schemas import CalibrationJob, CalibrationRequest, ErrorResponse
@@ -75,7 +75,7 @@ _READ_ERRORS = {k: v for k, v in ADMIN_ERRORS.items() if k in (401, 403, 429, 50
             summary="How the last calibration of the served catalog went, and the one in effect (admin)")
 async def calibration_state(state: AppState, tenant: AdminTenant, engine: ServingEngine,
                             snap: ServedSnapshot) -> CalibrationJob:
-    jobs = _jobs_for_reading(state, engine)
+    jobs = jobs_to_read(state, engine)
     job = await anyio.to_thread.run_sync(jobs.state) if jobs is not None else \
         {"state": "none", "message": "this index backend cannot carry a catalog calibration (Qdrant)"}
     return _answer(job, snap)
@@ -88,17 +88,8 @@ async def calibration_state(state: AppState, tenant: AdminTenant, engine: Servin
                            "next run) and saves nothing; it reads `stopped` once it has.")
 async def stop_calibration(state: AppState, tenant: AdminTenant, engine: ServingEngine,
                            snap: ServedSnapshot) -> CalibrationJob:
-    jobs = _jobs_for_reading(state, engine)
+    jobs = jobs_to_read(state, engine)
     if jobs is None or not await write_to_store(jobs.request_stop, what="the stop request"):
         raise ServiceError(404, "calibration_not_running", "no calibration of this catalog is running; "
                            "GET /v1/calibration says how the last one ended")
     return _answer(await anyio.to_thread.run_sync(jobs.state), snap)
-
-
-def _jobs_for_reading(state: AppState, engine: ServingEngine) -> CalibrationJobs | None:
-    try:
-        return _jobs(state, engine)
-    except ServiceError as exc:
-        if exc.status == 405:   # a read-only copy still reads the record its writer left
-            return CalibrationJobs(engine.store.root)
-        return None
