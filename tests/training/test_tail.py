@@ -89,3 +89,72 @@ def test_the_loko_comparison_and_its_errors(tmp_path, capsys):
     assert tl.main([str(flow), "--loko"]) == 2 and "reads the judge" in capsys.readouterr().err
     assert tl.main([str(flow)]) == 2 and "give --out" in capsys.readouterr().err
     assert tl.main([str(tmp_path / "missing.json"), "--out", str(tmp_path / "t.json")]) == 2
+
+
+def _design(n_req=60, kinds="ab", fit_every=6, pi=0.25, seed=0):
+    """A tail sample's design: every request's 90 candidates past the head, a quarter judged, a fit at rank
+    11 of every ``fit_every``-th request where it was judged."""
+    rng = np.random.default_rng(seed)
+    reqs, answers = [], {}
+    for i in range(n_req):
+        at = sorted({0, *rng.choice(np.arange(1, 90), size=20, replace=False).tolist()})
+        reqs.append({"id": f"q{i}", "catalog": kinds[i % len(kinds)], "n_eligible": 120,
+                     "head_p": [0.6] + [0.05] * 9, "tail_p": [0.001] * 90,
+                     "tail_r": list(np.linspace(0.2, 0.01, 90)), "pi": [1.0] + [pi] * 89, "judged_at": at,
+                     "judged_ids": [["S", f"q{i}_{j}"] for j in at], "labelled_at": []})
+        answers[f"q{i}"] = {("S", f"q{i}_{j}"): (0.9 if j == 0 and i % fit_every == 0 else 0.0) for j in at}
+    return {"set": "fit", "requests": reqs}, answers
+
+
+def test_a_judged_sample_sets_the_tail_over_ranks_11_to_100():
+    design, judged = _design()
+    sample = tl.sampled_candidates(design, judged)
+    assert sample["x"].shape == (60 * 90, 4) and sample["read"].sum() == 60 * 21
+    assert tl.sampled_fits(sample) == pytest.approx(10)          # ten fits, each judged surely (pi 1)
+    design["requests"][0]["pi"][5] = 0.25
+    tail = TailCalibration(a=-3.0, b=0.0, c=-1.0, d=0.0, e=0.5)
+    moved = tl.level_to_sampled(tail, sample, "fit")
+    assert float(np.sum(tl.tail_p(moved, sample["x"]))) == pytest.approx(10, abs=1e-6)
+    assert moved.c == tail.c and "expect the 10.0 fits" in moved.fitted_on
+    fitted = tl.fit_sampled(sample, "fit")
+    assert fitted.c < 0                                          # the fits sit at rank 11: the rank matters
+    p = tl.tail_p(fitted, sample["x"])
+    assert float(np.sum(p)) == pytest.approx(10, rel=0.2)        # weighted by 1/pi: the whole tail's level
+    assert tl.sampled_loss(moved, sample) > 0
+    with pytest.raises(ValueError, match="no judgment"):
+        tl.sampled_candidates(design, {})
+    none = {k: {t: 0.0 for t in v} for k, v in judged.items()}
+    with pytest.raises(ValueError, match="too few"):
+        tl.fit_sampled(tl.sampled_candidates(design, none))
+
+
+def test_the_cli_fits_and_compares_on_a_sample(tmp_path, capsys):
+    rows = [dict(_row(i, fit_at=i % 2 if i % 3 == 0 else None), catalog="ab"[i % 2]) for i in range(80)]
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"set": "fit", "rows": rows}))
+    design, judged = _design(fit_every=3)
+    folder = tmp_path / "sample"
+    folder.mkdir()
+    (folder / "design.json").write_text(json.dumps(design))
+    (folder / "items.jsonl").write_text("".join(json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
+                                                            "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n"
+                                                for r in design["requests"]))
+    answers = folder / "judged_01.jsonl"
+    answers.write_text("".join(json.dumps({"id": r["id"], "n": len(r["judged_ids"]),
+                                           "p": {str(k + 1): judged[r["id"]][tuple(t)] for k, t in enumerate(r["judged_ids"])
+                                                 if judged[r["id"]][tuple(t)]}}) + "\n" for r in design["requests"]))
+    assert tl.main([str(flow), "--loko", "--sample", str(folder), "--sample-judged", str(answers)]) == 0
+    out = capsys.readouterr().out
+    assert "| labels+sampled level |" in out and "| sampled fit |" in out and "labels+judged level" not in out
+    assert tl.main([str(flow), "--out", str(tmp_path / "t.json"), "--sample", str(folder),
+                    "--sample-judged", str(answers)]) == 0
+    assert "expect the 20.0 fits" in TailCalibration.load(tmp_path / "t.json").fitted_on
+    assert tl.main([str(flow), "--out", str(tmp_path / "t.json"), "--sample", str(folder)]) == 2
+    assert "go together" in capsys.readouterr().err
+    table = tl.leave_one_kind_out_sampled(rows, None, tl.sampled_candidates(*_design(fit_every=6)))
+    assert "error" in table["sampled fit"]["a"] and table["sampled fit"]["total"]["loss"] is None   # b has no fit
+    design["set"] = "report"
+    (folder / "design.json").write_text(json.dumps(design))
+    assert tl.main([str(flow), "--out", str(tmp_path / "t.json"), "--sample", str(folder),
+                    "--sample-judged", str(answers)]) == 2
+    assert "fit on the 'fit' set only" in capsys.readouterr().err

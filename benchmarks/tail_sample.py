@@ -1,0 +1,318 @@
+"""Ranks 11-100 read against a blind judge, every rank at once (issue 34's fourth target).
+
+    python benchmarks/tail_sample.py draw --set report --budget 3000 \
+        --out benchmarks/results/judged_flow/tail_sample/report --batches runs/tail_report --n-batches 8
+    # blind judges answer each batch with benchmarks/results/judged_flow/brief.md (one JSON line per request)
+    python benchmarks/tail_sample.py read --set report --dir benchmarks/results/judged_flow/tail_sample/report \
+        --judged runs/tail_report/judged_*.jsonl [--tail models/toolrank-reranker/tail_calibration.json] \
+        --out benchmarks/results/tail_sample_report.json
+
+0.14.0 judged ranks 11-20 of every request (7,000 held-out candidates): 0-5 fits a kind, where no ratio of
+predicted to observed can be read, and nothing past rank 20. Fits past the head are rare and not spread
+evenly: the cross-encoder (the student, which a search does not run there) knows where they are likely. So
+``draw`` re-runs the first search of each answerable request of the agent flow (need mode, the flow's own
+cases re-drawn with its seed; the ranks 11-20 it finds are checked against the flow's), scores all 90
+candidates past the head with the student, and draws a Poisson sample: candidate *i* is judged with
+probability ``pi_i = min(1, max(floor, s_i / tau))`` (``s_i`` the student's probability, ``tau`` set so the
+sample's expected size is ``--budget``), by a hash of the request and the tool (the same draw every time).
+Every candidate keeps a chance, so the estimate is unbiased whatever the student gets wrong; the student
+only decides where the sample is dense.
+
+``read`` estimates the number of fits among all candidates of a band of ranks (Horvitz-Thompson: each judged
+fit counts ``1 / pi``) against the sum of the probabilities the pipeline gives them (its tail calibration, or
+``--tail``'s re-read on the same evidence), with a 90% interval of the ratio by resampling requests. The
+design file keeps each request's evidence (the retrieval-only probability, the head's probabilities, the
+catalog's size) so ``training/tail.py --sampled`` can fit on the same draw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):   # run as a file: the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import ROOT, environment_stamp, stamp_line, write_result  # noqa: E402
+
+from retrieval.evaluation.judged import FITS  # noqa: E402
+
+BANDS = {"11-20": (11, 20), "21-50": (21, 50), "51-100": (51, 100), "11-100": (11, 100)}
+
+
+def uniform(*key: str) -> float:
+    """A stable uniform number in [0, 1) for a key (the sample's draw)."""
+    h = hashlib.sha256("\x1f".join(key).encode()).hexdigest()
+    return int(h[:13], 16) / float(1 << 52)
+
+
+def inclusion(s, tau: float, floor: float):
+    """Each candidate's chance of being judged: proportional to the student's probability, at least ``floor``."""
+    import numpy as np
+
+    return np.clip(np.asarray(s, dtype=np.float64) / tau, floor, 1.0)
+
+
+def tau_for(scores: list, budget: float, floor: float) -> float:
+    """The ``tau`` whose inclusion probabilities sum to ``budget`` (bisection on a log scale)."""
+    import numpy as np
+
+    s = np.concatenate([np.asarray(x, dtype=np.float64) for x in scores]) if scores else np.zeros(0)
+    if len(s) == 0:
+        raise ValueError("no candidates to draw from")
+    if budget <= floor * len(s):
+        raise ValueError(f"a budget of {budget:g} is under the floor alone ({floor:g} x {len(s)} = {floor * len(s):.0f})")
+    if budget >= len(s):
+        return float(np.min(s[s > 0])) if np.any(s > 0) else 1.0
+    lo, hi = 1e-9, 1e3
+    for _ in range(200):
+        mid = (lo * hi) ** 0.5
+        if inclusion(s, mid, floor).sum() > budget:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _cases(set_name: str, n: int, seed: int):
+    """The flow's cases of a set, drawn as ``agent_flow.flow_rows`` draws them (same order, same rng), with
+    each kind's pipeline: yields (pipeline, answerable case)."""
+    from retrieval.index.default import load_or_build_default
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.encoder import OnnxEncoder
+    from training.flow_cases import SETS, corpus_cases, load_needs, mcpzero_cases
+
+    needs = load_needs()
+    split, corpora = SETS[set_name]
+    rng = random.Random(seed)
+    index = load_or_build_default(with_examples=False, show_progress=True)
+    yield "mcpzero-org", index, [c for c in mcpzero_cases(split, needs, n, rng, index) if c.answerable]
+    encoder = OnnxEncoder()
+    for name in corpora:
+        cases, catalog = corpus_cases(name, needs, n, rng)
+        if cases:
+            yield name, ToolIndex(catalog, encoder, with_examples=False), [c for c in cases if c.answerable]
+
+
+def draw(a: argparse.Namespace) -> int:
+    import numpy as np
+    from tqdm import tqdm
+
+    from benchmarks.judged_flow import _Catalogs, _item, shippable_items
+    from retrieval.evaluation.agent_flow import run_case
+    from retrieval.evaluation.corpora import shippable_tool
+    from retrieval.jsonl import write_jsonl
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.flow import Pipeline
+    from scorer import Scorer
+    from training.refresh_lists import batch_text
+
+    flow = json.loads(a.flow.read_text()) if a.flow else None
+    n = a.n or (flow["n"] if flow else 100)
+    flow_tail = {r["id"]: r["tail_ids"] for r in (flow["rows"] if flow else [])
+                 if r["mode"] == "need" and r["answerable"] and r.get("tail_ids")}
+    scorer = Scorer.load(a.model, threads=a.threads)
+    policy = Policy()
+    top = policy.score_top
+    design, mismatched = [], 0
+    for kind, index, cases in _cases(a.set, n, a.seed):
+        pipe = Pipeline(index, scorer, policy=policy)
+        for case in tqdm(cases, desc=kind, unit="request", disable=None):
+            row = run_case(pipe, case, "need", first_only=True)
+            hits = pipe.index.retrieve(case.request, case.need, case.eligible, k=policy.candidates)[top:]
+            ids = [[h.tool_id.server, h.tool_id.tool] for h in hits]
+            shown = [list(shippable_tool(kind, t)) for t in ids]
+            if case.id in flow_tail and shown[:10] != [list(t) for t in flow_tail[case.id]]:
+                mismatched += 1
+            s = scorer.score(case.request, case.need, [index.catalog[h.tool_id] for h in hits]) if hits else []
+            design.append({"id": case.id, "catalog": kind, "n_eligible": row["n_eligible"], "head_p": row["head_p"],
+                           "tail_p": row["tail_p"], "tail_r": row.get("tail_r"), "s": [round(float(x), 6) for x in s],
+                           "ids": ids, "shown": shown,
+                           "fit_labelled": [h.tool_id in case.targets for h in hits]})
+    if flow_tail:
+        print(f"{len(flow_tail)} flow rows; {mismatched} re-drawn requests whose ranks 11-20 differ from the flow's",
+              file=sys.stderr)
+    try:
+        tau = tau_for([d["s"] for d in design], a.budget, a.floor)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    items, catalogs = [], _Catalogs()
+    for d in design:
+        pi = inclusion(d["s"], tau, a.floor)
+        d["pi"] = [round(float(x), 6) for x in pi]
+        d["judged_at"] = [i for i, (p, t) in enumerate(zip(pi, d["shown"]))
+                          if uniform(str(a.seed), d["id"], *t) < p]
+        if d["judged_at"]:
+            items.append(_item(d["id"], d["catalog"], [d["ids"][i] for i in d["judged_at"]], "tail-sample:" + d["id"]))
+    a.out.mkdir(parents=True, exist_ok=True)
+    write_result(a.out / "design.json", {"environment": environment_stamp(), "set": a.set, "n": n, "seed": a.seed,
+                                         "tau": tau, "floor": a.floor, "budget": a.budget, "mismatched": mismatched,
+                                         "requests": [slim(d) for d in design]}, indent=None)
+    from benchmarks.judged_flow import _queries
+    queries = _queries(a.flow or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json",
+                       {it["id"] for it in items})
+    for it in items:
+        it["query"] = queries[it["id"]]
+    write_jsonl(a.out / "items.jsonl", shippable_items(items))
+    total = sum(len(d["s"]) for d in design)
+    judged = sum(len(it["candidates"]) for it in items)
+    print(f"{len(design)} requests, {total} candidates past the head; tau {tau:.4g}, floor {a.floor:g}: "
+          f"{judged} candidates of {len(items)} requests to judge -> {a.out}", file=sys.stderr)
+    if a.batches:
+        a.batches.mkdir(parents=True, exist_ok=True)
+        order = list(items)
+        random.Random(a.seed + 37).shuffle(order)
+        for b in range(a.n_batches):
+            part = order[b::a.n_batches]
+            (a.batches / f"batch_{b + 1:02d}.txt").write_text(
+                "\n\n".join(batch_text([o], catalogs.catalog(o["catalog"])).rstrip("\n") for o in part) + "\n",
+                encoding="utf-8")
+        print(f"{a.n_batches} judge batches -> {a.batches}", file=sys.stderr)
+    return 0
+
+
+def slim(d: dict) -> dict:
+    """A drawn request as the design file keeps it: the evidence of every candidate past the head (the tail's
+    and the retrieval-only probability, the chance of being judged: index 0 is rank 11) and the names (as
+    the result files name them) of the judged ones and of the labelled ones."""
+    return {"id": d["id"], "catalog": d["catalog"], "n_eligible": d["n_eligible"], "head_p": d["head_p"],
+            "tail_p": d["tail_p"], "tail_r": d["tail_r"], "pi": d["pi"], "judged_at": d["judged_at"],
+            "judged_ids": [d["shown"][i] for i in d["judged_at"]],
+            "labelled_at": [i for i, f in enumerate(d["fit_labelled"]) if f]}
+
+
+def estimate(requests: list[dict], judged: dict, lo: int, hi: int, tail_p_of=None) -> dict:
+    """One band of ranks over some requests: the predicted fits (the sum of the tail's probabilities), the judged
+    fits found, the Horvitz-Thompson estimate of all fits and its standard error (Poisson sampling), and the
+    per-request sums (for resampling). Candidates at rank ``r`` sit at index ``r - 11``."""
+    import numpy as np
+
+    a, b = lo - 11, hi - 10
+    pred, obs, found, sampled, var = [], [], 0, 0, 0.0
+    for d in requests:
+        tp = np.asarray(tail_p_of(d) if tail_p_of else d["tail_p"], dtype=np.float64)[a:b]
+        pred.append(float(tp.sum()))
+        j = judged.get(d["id"], {})
+        o = 0.0
+        for i, t in zip(d["judged_at"], d["judged_ids"]):
+            if a <= i < b:
+                sampled += 1
+                if j.get(tuple(t), 0.0) >= FITS:
+                    found += 1
+                    o += 1.0 / d["pi"][i]
+                    var += (1.0 - d["pi"][i]) / d["pi"][i] ** 2
+        obs.append(o)
+    return {"requests": len(requests), "candidates": sum(len(d["pi"][a:b]) for d in requests), "sampled": sampled,
+            "found": found, "predicted": float(np.sum(pred)), "observed": float(np.sum(obs)), "se": float(var ** 0.5),
+            "_pred": pred, "_obs": obs}
+
+
+def ratio_interval(pred: list[float], obs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A 90% interval of sum(pred) / sum(obs) by resampling requests (inf where a resample observes none)."""
+    import numpy as np
+
+    p, o = np.asarray(pred), np.asarray(obs)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(p), size=(reps, len(p)))
+    num, den = p[idx].sum(axis=1), o[idx].sum(axis=1)
+    r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.inf)
+    return float(np.quantile(r, 0.05, method="inverted_cdf")), float(np.quantile(r, 0.95, method="inverted_cdf"))
+
+
+def read_report(requests: list[dict], judged: dict, tail_p_of=None) -> dict:
+    out: dict[str, dict] = {}
+    kinds = sorted({d["catalog"] for d in requests})
+    for kind in [*kinds, "all but Gorilla"]:
+        rs = [d for d in requests if (d["catalog"] == kind if kind != "all but Gorilla" else not d["catalog"].startswith("gorilla"))]
+        for band, (lo, hi) in BANDS.items():
+            e = estimate(rs, judged, lo, hi, tail_p_of)
+            lo90, hi90 = ratio_interval(e.pop("_pred"), e.pop("_obs"))
+            e["ratio"] = e["predicted"] / e["observed"] if e["observed"] else None
+            e["ratio_90"] = [lo90, hi90]
+            out.setdefault(kind, {})[band] = e
+    return out
+
+
+def _fmt_ratio(e: dict) -> str:
+    lo, hi = e["ratio_90"]
+    r = "none observed" if e["ratio"] is None else f"{e['ratio']:.2f}"
+    return f"{r} ({lo:.2f}-{'inf' if hi == float('inf') else f'{hi:.2f}'})"
+
+
+def read(a: argparse.Namespace) -> int:
+    from retrieval.evaluation.judged import read_judged
+
+    design = json.loads((a.dir / "design.json").read_text())
+    judged = read_judged(a.dir / "items.jsonl", a.judged)
+    requests = design["requests"]
+    asked = {d["id"] for d in requests if d["judged_at"]}
+    missing = sorted(asked - set(judged))
+    if missing:
+        print(f"error: {len(missing)} drawn requests have no judgment (e.g. {missing[0]}): judge them first",
+              file=sys.stderr)
+        return 2
+    tail_p_of = None
+    if a.tail:
+        import numpy as np
+
+        from retrieval.pipeline.confidence import TailCalibration
+
+        try:
+            tail = TailCalibration.load(a.tail)
+        except (OSError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+        def tail_p_of(d):
+            ranks = np.arange(11, 11 + len(d["tail_r"]))
+            return tail.probabilities(np.asarray(d["tail_r"]), ranks, int(d["n_eligible"]), np.asarray(d["head_p"]))
+    rep = read_report(requests, judged, tail_p_of)
+    write_result(a.out, {"environment": environment_stamp(), "set": design["set"], "design": str(a.dir),
+                         "tail": str(a.tail) if a.tail else "as searched", "tau": design["tau"],
+                         "floor": design["floor"], "report": rep}, indent=1)
+    print(f"ranks past the head of the first search (need), {design['set']} set: the tail's predicted fits against "
+          f"a judged sample (tau {design['tau']:.3g}, floor {design['floor']:g})"
+          + (f"; tail re-read with {a.tail}" if a.tail else "") + "\n")
+    print("| catalog | ranks | candidates | judged | fits found | fits, estimated (s.e.) | predicted | "
+          "predicted / observed (90%) |\n|---|---|---:|---:|---:|---:|---:|---|")
+    for kind, bands in rep.items():
+        for band, e in bands.items():
+            print(f"| {kind} | {band} | {e['candidates']} | {e['sampled']} | {e['found']} | {e['observed']:.1f} "
+                  f"({e['se']:.1f}) | {e['predicted']:.1f} | {_fmt_ratio(e)} |")
+    print(stamp_line(environment_stamp()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("draw", help="re-run the first searches, score the tail with the student, draw the sample")
+    d.add_argument("--set", choices=["report", "fit"], required=True)
+    d.add_argument("--flow", type=Path, help="the flow's JSON (checks the re-drawn ranks 11-20; default its set's)")
+    d.add_argument("--n", type=int, help="answerable requests per kind (default the flow's)")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--budget", type=float, default=3000, help="expected number of candidates to judge")
+    d.add_argument("--floor", type=float, default=0.01, help="every candidate's least chance of being judged")
+    d.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
+    d.add_argument("--threads", type=int, default=2)
+    d.add_argument("--out", type=Path, required=True, help="folder for design.json and items.jsonl")
+    d.add_argument("--batches", type=Path, help="folder for the judges' batches (real texts: keep out of the repository)")
+    d.add_argument("--n-batches", type=int, default=8)
+    r = sub.add_parser("read", help="the tail's predicted fits against the judged sample")
+    r.add_argument("--dir", type=Path, required=True)
+    r.add_argument("--judged", type=Path, nargs="+", required=True)
+    r.add_argument("--tail", type=Path, help="re-read the tail's probabilities with this calibration")
+    r.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    if a.cmd == "draw" and a.flow is None:
+        default = ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
+        a.flow = default if default.exists() else None
+    return {"draw": draw, "read": read}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

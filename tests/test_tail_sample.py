@@ -1,0 +1,81 @@
+"""Ranks 11-100 read against a judged sample (benchmarks/tail_sample.py): the draw's chances sum to the budget
+and never fall under the floor, each judged fit counts 1/pi, and the reading refuses an unjudged draw."""
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import tail_sample as ts
+
+
+def test_the_chances_sum_to_the_budget_and_keep_the_floor():
+    rng = np.random.default_rng(0)
+    scores = [rng.beta(0.3, 8, size=90) for _ in range(50)]
+    tau = ts.tau_for(scores, 400, 0.02)
+    pi = ts.inclusion(np.concatenate(scores), tau, 0.02)
+    assert abs(pi.sum() - 400) < 0.5
+    assert pi.min() >= 0.02 and pi.max() <= 1.0
+    high = np.concatenate(scores) >= tau
+    assert np.all(pi[high] == 1.0)                       # what the student likes most is always judged
+    with pytest.raises(ValueError, match="under the floor"):
+        ts.tau_for(scores, 50, 0.02)                     # 0.02 x 4,500 candidates is 90 already
+    with pytest.raises(ValueError, match="no candidates"):
+        ts.tau_for([], 10, 0.02)
+
+
+def test_the_draw_is_stable_and_differs_by_key():
+    assert ts.uniform("0", "q1", "S", "t") == ts.uniform("0", "q1", "S", "t")
+    draws = [ts.uniform("0", "q1", "S", f"t{i}") for i in range(2000)]
+    assert 0.45 < np.mean(draws) < 0.55 and min(draws) >= 0 and max(draws) < 1
+    assert ts.uniform("1", "q1", "S", "t") != ts.uniform("0", "q1", "S", "t")
+
+
+def _request(rid, kind, pi, judged_at, tail_p=0.01, n=90):
+    return {"id": rid, "catalog": kind, "n_eligible": 200, "head_p": [0.5] + [0.01] * 9, "tail_p": [tail_p] * n,
+            "tail_r": [0.01] * n, "pi": [pi] * n, "judged_at": judged_at,
+            "judged_ids": [["S", f"{rid}_{i}"] for i in judged_at], "labelled_at": []}
+
+
+def test_each_judged_fit_counts_one_over_its_chance():
+    reqs = [_request("a", "k", 0.5, [0, 30, 60]), _request("b", "k", 1.0, [5])]
+    judged = {"a": {("S", "a_0"): 0.9, ("S", "a_30"): 0.1, ("S", "a_60"): 0.6}, "b": {("S", "b_5"): 1.0}}
+    every = ts.estimate(reqs, judged, 11, 100)
+    assert every["found"] == 3 and every["sampled"] == 4
+    assert every["observed"] == pytest.approx(2 + 2 + 1)            # two at pi 0.5, one at pi 1
+    assert every["predicted"] == pytest.approx(2 * 90 * 0.01)
+    assert every["se"] == pytest.approx((2 * (0.5 / 0.25)) ** 0.5)  # the pi=1 fit adds no variance
+    first = ts.estimate(reqs, judged, 11, 20)                         # index 0 is rank 11, index 5 rank 16
+    assert first["found"] == 2 and first["observed"] == pytest.approx(3) and first["candidates"] == 20
+    assert ts.estimate(reqs, judged, 51, 100)["found"] == 1           # index 60 is rank 71
+
+
+def test_the_ratio_interval_brackets_the_ratio():
+    rng = np.random.default_rng(1)
+    pred = list(rng.uniform(0, 0.2, 300))
+    obs = list((rng.uniform(size=300) < 0.1).astype(float))
+    lo, hi = ts.ratio_interval(pred, obs)
+    r = sum(pred) / sum(obs)
+    assert lo < r < hi and hi / lo < 3
+    assert ts.ratio_interval([0.1] * 5, [0.0] * 5) == (float("inf"), float("inf"))   # nothing observed anywhere
+
+
+def test_read_reports_and_refuses_an_unjudged_draw(tmp_path, capsys):
+    reqs = [_request(f"q{i}", "ab"[i % 2], 0.5, [i % 90]) for i in range(40)]
+    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": reqs}))
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
+                    "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n" for r in reqs))
+    answers = tmp_path / "judged_01.jsonl"
+    answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {"1": 0.9} if i < 4 else {}}) + "\n"
+                               for i, r in enumerate(reqs)))
+    out = tmp_path / "out.json"
+    assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())["report"]
+    assert rep["a"]["11-100"]["found"] == 2 and rep["a"]["11-100"]["observed"] == pytest.approx(4)
+    assert rep["all but Gorilla"]["11-100"]["observed"] == pytest.approx(8)
+    assert rep["a"]["11-100"]["ratio"] == pytest.approx(20 * 90 * 0.01 / 4)
+    assert "| a | 11-100 |" in capsys.readouterr().out
+    answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {}}) + "\n" for r in reqs[:-1]))
+    assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out)]) == 2
+    assert "no judgment" in capsys.readouterr().err
