@@ -98,7 +98,6 @@ def _cases(set_name: str, n: int, seed: int):
 
 
 def draw(a: argparse.Namespace) -> int:
-    import numpy as np
     from tqdm import tqdm
 
     from benchmarks.judged_flow import _Catalogs, _item, shippable_items
@@ -243,6 +242,16 @@ def _fmt_ratio(e: dict) -> str:
     return f"{r} ({lo:.2f}-{'inf' if hi == float('inf') else f'{hi:.2f}'})"
 
 
+def reread(tail):
+    """A drawn request's tail probabilities as ``tail`` (a TailCalibration) gives them on the same evidence."""
+    import numpy as np
+
+    def tail_p_of(d: dict):
+        ranks = np.arange(11, 11 + len(d["tail_r"]))
+        return tail.probabilities(np.asarray(d["tail_r"]), ranks, int(d["n_eligible"]), np.asarray(d["head_p"]))
+    return tail_p_of
+
+
 def read(a: argparse.Namespace) -> int:
     from retrieval.evaluation.judged import read_judged
 
@@ -257,19 +266,13 @@ def read(a: argparse.Namespace) -> int:
         return 2
     tail_p_of = None
     if a.tail:
-        import numpy as np
-
         from retrieval.pipeline.confidence import TailCalibration
 
         try:
-            tail = TailCalibration.load(a.tail)
+            tail_p_of = reread(TailCalibration.load(a.tail))
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-
-        def tail_p_of(d):
-            ranks = np.arange(11, 11 + len(d["tail_r"]))
-            return tail.probabilities(np.asarray(d["tail_r"]), ranks, int(d["n_eligible"]), np.asarray(d["head_p"]))
     rep = read_report(requests, judged, tail_p_of)
     write_result(a.out, {"environment": environment_stamp(), "set": design["set"], "design": str(a.dir),
                          "tail": str(a.tail) if a.tail else "as searched", "tau": design["tau"],
@@ -283,6 +286,131 @@ def read(a: argparse.Namespace) -> int:
         for band, e in bands.items():
             print(f"| {kind} | {band} | {e['candidates']} | {e['sampled']} | {e['found']} | {e['observed']:.1f} "
                   f"({e['se']:.1f}) | {e['predicted']:.1f} | {_fmt_ratio(e)} |")
+    print(stamp_line(environment_stamp()))
+    return 0
+
+
+def probe_tails(a: argparse.Namespace) -> int:
+    """The probes' own tail candidates, as ``toolrank index --calibrate`` draws them (``probes.tail_candidates``:
+    one candidate past the head per probe search, drawn uniformly), on the probe searches of
+    ``catalog_probes.py run`` (the same cases: MCP-Zero organisations re-drawn with its seed), and the judges'
+    batches of them."""
+    from benchmarks.catalog_probes import MODES, load_probes, probe_cases
+    from benchmarks.judged_flow import _Catalogs, _item, shippable_items
+    from retrieval.evaluation.corpora import shippable_tool
+    from retrieval.jsonl import write_jsonl
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.flow import Pipeline
+    from retrieval.pipeline.probes import tail_candidates
+    from scorer import Scorer
+    from training.refresh_lists import batch_text
+
+    probes = load_probes(a.probes)
+    if not probes:
+        print(f"error: {a.probes}: no written probe requests (requests_*.jsonl)", file=sys.stderr)
+        return 2
+    catalogs, rng = _Catalogs(), random.Random(a.seed)
+    scorer, policy = Scorer.load(a.model, threads=a.threads), Policy()
+    rows, items = [], {}
+    for kind in sorted({p["catalog"] for p in probes}):
+        ps = [p for p in probes if p["catalog"] == kind]
+        cases = [c for c in probe_cases(ps, catalogs, rng) if c.answerable]
+        pipe = Pipeline(catalogs.index(kind), scorer, policy=policy)
+        modes = [m for m in MODES if m == "request_only" or all(p.get("need") for p in ps)]
+        for case in cases:
+            for mode in modes:
+                need = case.need if mode == "need" else None
+                for request, tid, prob, weight in tail_candidates(pipe, case.request, need, eligible=case.eligible):
+                    shown = list(shippable_tool(kind, (tid.server, tid.tool)))
+                    rows.append({"id": case.id, "catalog": kind, "mode": mode, "tool": shown, "p": prob,
+                                 "weight": weight})
+                    got = items.setdefault(case.id, (kind, case.request, []))[2]
+                    if [tid.server, tid.tool] not in got:
+                        got.append([tid.server, tid.tool])
+        print(f"{kind}: {sum(r['catalog'] == kind for r in rows)} tail candidates of {len(cases)} probes", file=sys.stderr)
+    out = [dict(_item(pid, kind, cands, "probe-tail:" + pid), query=request) for pid, (kind, request, cands) in items.items()]
+    a.probes.mkdir(parents=True, exist_ok=True)
+    write_result(a.probes / "probe_tails.json", {"environment": environment_stamp(), "seed": a.seed, "rows": rows},
+                 indent=None)
+    write_jsonl(a.probes / "tail_items.jsonl", shippable_items(out))
+    if a.batches:
+        a.batches.mkdir(parents=True, exist_ok=True)
+        order = list(out)
+        random.Random(a.seed + 41).shuffle(order)
+        for b in range(a.n_batches):
+            part = order[b::a.n_batches]
+            (a.batches / f"batch_{b + 1:02d}.txt").write_text(
+                "\n\n".join(batch_text([o], catalogs.catalog(o["catalog"])).rstrip("\n") for o in part) + "\n",
+                encoding="utf-8")
+    print(f"{len(rows)} tail candidates of {len(out)} probes -> {a.probes / 'probe_tails.json'}, tail_items.jsonl"
+          + (f"; {a.n_batches} judge batches -> {a.batches}" if a.batches else ""), file=sys.stderr)
+    return 0
+
+
+def probe_maps(path: Path) -> dict[str, tuple[float, float]]:
+    """Each kind's map as ``toolrank index --calibrate`` fits it on the kind's probes (``catalog_probes.py check``:
+    ``pooled_platt``, one per index)."""
+    table = json.loads(path.read_text())["table"]
+    out = {}
+    for kind, modes in table.items():
+        ab = next((m["params"]["pooled_platt"] for m in modes.values() if m.get("params", {}).get("pooled_platt")), None)
+        if ab:
+            out[kind] = (float(ab[0]), float(ab[1]))
+    return out
+
+
+def probe_read(a: argparse.Namespace) -> int:
+    """Each kind's tail as shipped, through its probes' map (0.16.0's calibrated index) and at the level its
+    probes' judged tail candidates set (``probes.fit_tail_shift``, not through the map: 0.17.0), read against
+    the real requests' judged sample."""
+    import numpy as np
+
+    from retrieval.evaluation.judged import read_judged
+    from retrieval.pipeline.probes import fit_tail_shift, tail_evidence
+    from retrieval.pipeline.recalibration import platt
+
+    design = json.loads((a.dir / "design.json").read_text())
+    judged = read_judged(a.dir / "items.jsonl", a.judged)
+    tails = json.loads((a.probes / "probe_tails.json").read_text())["rows"]
+    tail_judged = read_judged(a.probes / "tail_items.jsonl", a.probe_judged)
+    maps = probe_maps(a.maps)
+    requests = design["requests"]
+    out, kinds = {}, sorted({d["catalog"] for d in requests})
+    level: dict[str, dict] = {}
+    for kind in kinds:
+        rows = [r for r in tails if r["catalog"] == kind and r["id"] in tail_judged]
+        ab = maps.get(kind, (1.0, 0.0))
+        cands = [(r["p"], r["weight"], tail_judged[r["id"]].get(tuple(r["tool"]), 0.0) >= FITS) for r in rows]
+        level[kind] = {"map": list(ab), "probe_tail": len(cands), "probe_tail_fits": sum(c[2] for c in cands),
+                       "evidence": tail_evidence(cands) if cands else 1.0, "shift": fit_tail_shift(cands)}
+    ways = {"shipped": lambda d: np.asarray(d["tail_p"], dtype=np.float64),
+            "probes_map": lambda d: platt(d["tail_p"], *level[d["catalog"]]["map"]),
+            "probes_level": lambda d: platt(d["tail_p"], 1.0, level[d["catalog"]]["shift"])}
+    for kind in [*kinds, "all but Gorilla", "all"]:
+        rs = [d for d in requests if d["catalog"] == kind or kind == "all"
+              or (kind == "all but Gorilla" and not d["catalog"].startswith("gorilla"))]
+        cell = dict(level.get(kind, {}))
+        for name, f in ways.items():
+            e = estimate(rs, judged, 11, 100, f)
+            lo90, hi90 = ratio_interval(e.pop("_pred"), e.pop("_obs"))
+            e["ratio"] = e["predicted"] / e["observed"] if e["observed"] else None
+            e["ratio_90"] = [lo90, hi90]
+            cell[name] = e
+        out[kind] = cell
+    write_result(a.out, {"environment": environment_stamp(), "design": str(a.dir), "probes": str(a.probes),
+                         "maps": str(a.maps), "report": out}, indent=1)
+    print("ranks 11-100 of the real requests' first searches (need), predicted against the judged sample: the tail "
+          "as shipped, through the catalog's probe map (0.16.0), and at the level the probes' own judged tail "
+          "candidates set (0.17.0)\n")
+    print("| catalog | probes' tail: judged (fit; p of the shipped level) | shift | fits, estimated (found) | shipped: predicted, ratio (90%) | "
+          "probe map: predicted, ratio | the probes' tail level: predicted, ratio |\n|---|---:|---:|---:|---|---|---|")
+    for kind, c in out.items():
+        s0 = c["shipped"]
+        probe = f"{c['probe_tail']} ({c['probe_tail_fits']}; p {c['evidence']:.2g}) | {c['shift']:+.2f}" \
+            if "shift" in c else "- | -"
+        print(f"| {kind} | {probe} | {s0['observed']:.1f} "
+              f"({s0['found']}) | " + " | ".join(f"{c[m]['predicted']:.1f}, {_fmt_ratio(c[m])}"
+                                                  for m in ("shipped", "probes_map", "probes_level")) + " |")
     print(stamp_line(environment_stamp()))
     return 0
 
@@ -307,11 +435,26 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--judged", type=Path, nargs="+", required=True)
     r.add_argument("--tail", type=Path, help="re-read the tail's probabilities with this calibration")
     r.add_argument("--out", type=Path, required=True)
+    t = sub.add_parser("probe-tails", help="the probes' own tail candidates (what --calibrate judges) and batches")
+    t.add_argument("--probes", type=Path, required=True, help="a catalog_probes.py folder (requests and needs)")
+    t.add_argument("--seed", type=int, default=0, help="catalog_probes.py run's seed (the same organisations)")
+    t.add_argument("--model", type=Path, default=ROOT / "models" / "toolrank-reranker")
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--batches", type=Path)
+    t.add_argument("--n-batches", type=int, default=2)
+    q = sub.add_parser("probe-read", help="the tail at the level the probes set, read on the real requests' sample")
+    q.add_argument("--dir", type=Path, required=True, help="the real requests' tail sample (draw --set report)")
+    q.add_argument("--judged", type=Path, nargs="+", required=True)
+    q.add_argument("--probes", type=Path, required=True, help="the folder probe-tails wrote into")
+    q.add_argument("--probe-judged", type=Path, nargs="+", required=True)
+    q.add_argument("--maps", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_probes.json",
+                   help="catalog_probes.py check's JSON (each kind's probe map)")
+    q.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.cmd == "draw" and a.flow is None:
         default = ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
         a.flow = default if default.exists() else None
-    return {"draw": draw, "read": read}[a.cmd](a)
+    return {"draw": draw, "read": read, "probe-tails": probe_tails, "probe-read": probe_read}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,39 @@ def test_read_reports_and_refuses_an_unjudged_draw(tmp_path, capsys):
     answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {}}) + "\n" for r in reqs[:-1]))
     assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out)]) == 2
     assert "no judgment" in capsys.readouterr().err
+
+
+def test_probe_read_sets_each_kinds_tail_level_and_reads_it(tmp_path, capsys):
+    """A kind whose probes' tail candidates mostly fit moves its level up (and reads nearer what fits); a kind
+    whose probes found none keeps the shipped tail; 0.16.0's reading maps the tail with the head's map."""
+    reqs = [_request(f"{k}{i}", k, 1.0, [0], tail_p=0.001) for k in ("hub", "plain") for i in range(30)]
+    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": reqs}))
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
+                    "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n" for r in reqs))
+    answers = tmp_path / "judged_01.jsonl"
+    answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {"1": 0.9} if r["catalog"] == "hub" else {}})
+                               + "\n" for r in reqs))
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    rows = [{"id": f"probe:{k}:{i}", "catalog": k, "mode": "need", "tool": ["S", f"{k}{i}"], "p": 0.001, "weight": 90.0}
+            for k in ("hub", "plain") for i in range(40)]
+    (probes / "probe_tails.json").write_text(json.dumps({"rows": rows}))
+    (probes / "tail_items.jsonl").write_text("".join(json.dumps(
+        {"id": r["id"], "catalog": r["catalog"], "query": "x", "candidates": [{"server": "S", "tool": r["tool"][1]}]}) + "\n"
+        for r in rows))
+    verdicts = probes / "tail_judged_01.jsonl"
+    verdicts.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {"1": 0.9} if r["catalog"] == "hub" and i % 2 else {}})
+                                + "\n" for i, r in enumerate(rows)))
+    maps = tmp_path / "maps.json"
+    maps.write_text(json.dumps({"table": {"hub": {"need": {"params": {"pooled_platt": [0.5, 2.0]}}},
+                                          "plain": {"need": {"params": {"pooled_platt": [0.5, 2.0]}}}}}))
+    out = tmp_path / "out.json"
+    assert ts.main(["probe-read", "--dir", str(tmp_path), "--judged", str(answers), "--probes", str(probes),
+                    "--probe-judged", str(verdicts), "--maps", str(maps), "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())["report"]
+    assert rep["plain"]["shift"] == 0.0 and rep["plain"]["probes_level"]["predicted"] == pytest.approx(
+        rep["plain"]["shipped"]["predicted"])
+    assert rep["hub"]["shift"] > 3 and rep["hub"]["probes_level"]["predicted"] > 10 * rep["hub"]["shipped"]["predicted"]
+    assert rep["plain"]["probes_map"]["predicted"] > 20 * rep["plain"]["shipped"]["predicted"]   # the head's map, on the tail
+    assert "| hub |" in capsys.readouterr().out

@@ -298,8 +298,22 @@ class Pipeline:
         names = self._matchers(eligible or Eligibility())[2]
         p = self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True),
                                 eligible=eligible)
+        return self._mapped(p, self.catalog_calibration, score_top, self.scorer is not None)
+
+    def _mapped(self, p: np.ndarray, mapping: Any, score_top: int | None, read: bool) -> np.ndarray:
+        """``p`` (the shipped scale) through ``mapping`` (the catalog's or a tenant's), and past the head the
+        cross-encoder ``read`` (the first ``score_top``) the catalog's own tail level where the catalog is
+        calibrated: the map is fitted on best probabilities and says nothing about candidates at 0.0002
+        (:meth:`~retrieval.pipeline.probes.CatalogCalibration.tail`)."""
+        if mapping is None or not len(p):
+            return p
+        q = mapping.apply(p)
         cal = self.catalog_calibration
-        return cal.apply(p) if cal is not None and len(p) else p
+        if cal is not None and read and self.tail_calibration is not None and score_top is not None \
+                and score_top < len(p):
+            q = np.array(q, dtype=np.float64, copy=True)
+            q[score_top:] = cal.tail(p[score_top:])
+        return q
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
                        named: Sequence[str], mentioned: Sequence[str], catalog: Catalog | None = None,
@@ -476,8 +490,7 @@ class Pipeline:
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
         raw = probs   # the shipped scale: a tenant's evidence stays comparable whatever map the catalog has
-        if mapping is not None and len(probs):
-            probs = mapping.apply(probs)
+        probs = self._mapped(probs, mapping, req.policy.score_top, logits is not None)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)

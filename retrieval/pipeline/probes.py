@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -61,13 +61,20 @@ MIN_PROBES = 20       # fewer searches say too little about a catalog's level
 STYLES = ("plain", "concrete", "goal", "question", "casual")
 VOICES = ("terse", "verbose", "platform", "plain", "first_step")
 FITS_AT = 0.5         # a judged probability at or over this: the first tool fits
+TAIL_PER_SEARCH = 1   # candidates past the scored head judged per probe search (drawn uniformly)
+MIN_TAIL = 20         # judged tail candidates under which the tail keeps the shipped level
+TAIL_PRIOR_SD = 3.0   # the tail shift's prior (logits): a factor of about 20 either way is plausible
+TAIL_EVIDENCE = 0.001  # the tail's level moves only where the shipped level explains its judged fits worse
+TAIL_SHIFT_MAX = 12.0
 STOPPED = "stopped on request"
 
 
 @dataclass(frozen=True)
 class CatalogCalibration:
     """``q = sigmoid(a * logit(p) + b)`` (``a > 0``: no order changes), measured on ``searches`` probe searches
-    of one catalog with one scorer (``model``)."""
+    of one catalog with one scorer (``model``); and the level of the candidates the cross-encoder does not read
+    (past ``score_top``): their shipped probability's logit moves by ``tail_shift`` before the map, measured on
+    ``tail_judged`` judged candidates of the probes' answers of which ``tail_fits`` fit (0.17.0 on; 0 before)."""
 
     a: float
     b: float
@@ -75,13 +82,25 @@ class CatalogCalibration:
     fits: int
     mean_best: float
     model: str = ""
+    tail_shift: float = 0.0
+    tail_judged: int = 0
+    tail_fits: int = 0
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.a) and np.isfinite(self.b) and 0 < self.a <= 20 and abs(self.b) <= 20):
             raise ValueError(f"a catalog calibration needs 0 < a <= 20 and |b| <= 20, got a={self.a}, b={self.b}")
+        if not (np.isfinite(self.tail_shift) and abs(self.tail_shift) <= TAIL_SHIFT_MAX):
+            raise ValueError(f"a catalog calibration needs |tail_shift| <= {TAIL_SHIFT_MAX:g}, got {self.tail_shift}")
 
     def apply(self, p: np.ndarray | Sequence[float] | float) -> np.ndarray:
         return platt(p, self.a, self.b)
+
+    def tail(self, p: np.ndarray) -> np.ndarray:
+        """The probabilities of candidates past the scored head (shipped scale in) at this catalog's level: their
+        shipped logit moved by ``tail_shift``, not through :meth:`apply` (fitted on best probabilities, 0.3-0.95,
+        the map says nothing about candidates at 0.0002: a slope under 1 raised the tail of a held-out kind
+        two hundredfold in 0.16.0)."""
+        return platt(p, 1.0, self.tail_shift)
 
     def policy(self, policy: "Policy") -> "Policy":
         """``policy`` with every probability threshold moved through the same map: the same decisions."""
@@ -97,7 +116,8 @@ class CatalogCalibration:
             raise ValueError(f"not a catalog calibration: {str(data)[:120]!r}")
         try:
             return cls(float(data["a"]), float(data["b"]), int(data["searches"]), int(data["fits"]),
-                       float(data["mean_best"]), str(data.get("model", "")))
+                       float(data["mean_best"]), str(data.get("model", "")), float(data.get("tail_shift", 0.0)),
+                       int(data.get("tail_judged", 0)), int(data.get("tail_fits", 0)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a catalog calibration lacks {exc}") from None
 
@@ -201,9 +221,13 @@ class ProbeOutcome:
                        + ("; rerun to write the rest" if self.error else ""))
             return text + f"; no calibration saved ({why})"
         c = self.calibration
-        return (text + f"; {c.searches} searches, first tool fits {c.fits / max(c.searches, 1):.0%} where they read "
-                f"{c.mean_best:.2f}: probabilities mapped by sigmoid({c.a:.2f} * logit(p) {c.b:+.2f}) "
-                "(decisions unchanged)")
+        text += (f"; {c.searches} searches, first tool fits {c.fits / max(c.searches, 1):.0%} where they read "
+                 f"{c.mean_best:.2f}: probabilities mapped by sigmoid({c.a:.2f} * logit(p) {c.b:+.2f}) "
+                 "(decisions unchanged)")
+        if c.tail_judged:
+            text += (f"; past the head {c.tail_fits} of {c.tail_judged} judged candidates fit: their level moves by "
+                     f"{c.tail_shift:+.2f} logits")
+        return text
 
 
 def _cache_key(row: dict) -> tuple:
@@ -234,7 +258,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
                  seed: int = 0, concurrency: int = 4, attempts: int = 3, show_progress: bool = False,
                  temperature: float = 0.7, min_searches: int = MIN_PROBES,
                  progress: Callable[[str, int, int], None] | None = None,
-                 stop: Callable[[], bool] | None = None) -> ProbeOutcome:
+                 stop: Callable[[], bool] | None = None, tail_per_search: int = TAIL_PER_SEARCH) -> ProbeOutcome:
     """Write, search and judge probes for ``pipeline``'s catalog, and fit its calibration.
 
     The cache (``cache``, appended as each reply comes) holds only what the endpoint wrote: each probe's request
@@ -293,8 +317,10 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     written = sum(1 for job in todo if probe_key(job) in have)
     skipped = sum(1 for _, row in probes if "skipped" in row)
 
-    # the searches, on the index as it is now: the first tool of the answer and its probability
+    # the searches, on the index as it is now: the first tool of the answer and its probability; and, drawn
+    # uniformly, a candidate past the head the cross-encoder read, with its shipped probability
     found: list[tuple[Tool, str, float, ToolId]] = []
+    tail_found: list[tuple[str, ToolId, float, float]] = []   # request, tool, probability, weight
     searched = [(t, r) for t, r in probes if "skipped" not in r]
     if progress is not None:
         progress("searching", 0, len(searched))
@@ -303,6 +329,8 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
             error = STOPPED
             break
         for with_need in (row["need"], None):
+            if tail_per_search:
+                tail_found += tail_candidates(pipeline, row["request"], with_need, tail_per_search)
             result = pipeline.search(row["request"], with_need)
             if not result.tools or result.tools[0].source in ("exact_name", "always_available"):
                 continue   # a shortcut's probability is a policy floor, not a calibrated number
@@ -316,6 +344,7 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         return "judgment", request, tid.server, tid.tool, bare_hash(judged) if judged is not None else ""
 
     asks = {judgment_key(r, tid): (r, tid) for tool, r, _, tid in found if tid != tool.id}
+    asks.update({judgment_key(r, tid): (r, tid) for r, tid, _, _ in tail_found})
     judge_todo = [v for key, v in asks.items() if key not in have and catalog.get(v[1]) is not None]
 
     def judge(job: tuple[str, ToolId]) -> list[dict]:
@@ -348,12 +377,38 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
             unusable.add(key)
             continue   # no known outcome: left out of the fit
         searches.append((best, float(verdict["p_yes"]) >= FITS_AT))
+    tail = []
+    for request, tid, p, weight in tail_found:
+        verdict = have.get(judgment_key(request, tid))
+        if verdict is None:
+            waiting += catalog.get(tid) is not None
+        elif "skipped" not in verdict:
+            tail.append((p, weight, float(verdict["p_yes"]) >= FITS_AT))
     # a run stopped before every judgment: what is known is the probes' own first tools (all fits), so a fit
     # on it would lean up; none until the rest are judged
     stopped = error == STOPPED
     cal = fit_probes(searches, pipeline.model_key, min_searches) if not (waiting or stopped) else None
+    if cal is not None and tail:
+        cal = replace(cal, tail_shift=fit_tail_shift(tail), tail_judged=len(tail),
+                      tail_fits=sum(1 for t in tail if t[2]))
     return ProbeOutcome(cal, written, len(jobs) - len(todo), len(searches), skipped + len(unusable),
                         None if stopped else error, max(int(min_searches), 1), waiting, stopped)
+
+
+def tail_candidates(pipeline: "Pipeline", request: str, need: str | None, m: int = TAIL_PER_SEARCH,
+                    eligible: Any = None) -> list[tuple[str, ToolId, float, float]]:
+    """``m`` candidates past the head of one probe search (drawn by :func:`tail_draw`), each with its shipped
+    probability and the number of candidates past the head it stands for (the benchmark passes ``eligible``)."""
+    top = pipeline.policy.score_top
+    if top is None or pipeline.tail_calibration is None:   # no tail past a head (or none with a level to move)
+        return []
+    hits = pipeline.index.retrieve(request, need, eligible, k=pipeline.policy.candidates)
+    if len(hits) <= top:
+        return []
+    p = pipeline.probabilities(request, need, hits, top, eligible)
+    n_tail = len(hits) - top
+    return [(request, hits[top + j].tool_id, float(p[top + j]), n_tail / min(m, n_tail))
+            for j in tail_draw(f"{request}\x1f{need or ''}", n_tail, m)]
 
 
 def _run(jobs: list, work, out: JsonlOutput, client: ChatClient | None, concurrency: int, show_progress: bool,
@@ -389,6 +444,57 @@ def _counted(work, phase: str, total: int, progress: Callable[[str, int, int], N
         return rows
 
     return counted
+
+
+def tail_draw(key: str, n_tail: int, m: int = TAIL_PER_SEARCH) -> list[int]:
+    """Which of a search's ``n_tail`` candidates past the head are judged: ``m`` offsets drawn uniformly by a
+    hash of ``key`` (the same every run, so the cache answers a re-run)."""
+    import random
+
+    if n_tail <= 0 or m <= 0:
+        return []
+    rng = random.Random(int(hashlib.sha1(key.encode()).hexdigest()[:12], 16))
+    return sorted(rng.sample(range(n_tail), min(m, n_tail)))
+
+
+def tail_evidence(tail: Sequence[tuple[float, float, bool]]) -> float:
+    """How well the shipped level explains the judged candidates past the head: the two-sided Poisson p-value
+    of their number of fits where each judged candidate fits with its shipped probability."""
+    from scipy.stats import poisson
+
+    expected = float(sum(t[0] for t in tail))
+    fits = sum(1 for t in tail if t[2])
+    return float(min(1.0, 2 * min(poisson.sf(fits - 1, expected), poisson.cdf(fits, expected))))
+
+
+def fit_tail_shift(tail: Sequence[tuple[float, float, bool]], prior_sd: float = TAIL_PRIOR_SD,
+                   min_judged: int = MIN_TAIL, evidence: float = TAIL_EVIDENCE) -> float:
+    """The tail's level for a catalog: the shift ``d`` of the shipped tail's logit that best explains the judged
+    candidates past the head (``(shipped probability, weight, fits)``: a candidate drawn uniformly from a
+    search's ``T`` candidates past the head, ``m`` of them judged, stands for ``T / m``; the weights are used
+    relative to their mean), under a normal prior on ``d`` (mean 0, sd ``prior_sd``). The level moves only
+    where the judged fits could not come from the shipped level (:func:`tail_evidence` under ``evidence``):
+    fits past the head are rare (about one in 5,000 held-out candidates outside catalogs of interchangeable
+    tools), so one or two fits among 200 are noise (a single one moved a fit catalog's level thirteenfold, six
+    times what its own requests' tail holds), while a catalog of interchangeable tools (a model hub: 15 of 200)
+    moves up. 0 under ``min_judged`` candidates."""
+    from scipy.optimize import minimize_scalar
+
+    if len(tail) < max(int(min_judged), 1) or tail_evidence(tail) >= evidence:
+        return 0.0
+    p = np.clip(np.array([t[0] for t in tail], dtype=np.float64), 1e-9, 1 - 1e-9)
+    z = np.log(p / (1 - p))
+    w = np.array([t[1] for t in tail], dtype=np.float64)
+    w = w / w.mean()
+    y = np.array([bool(t[2]) for t in tail], dtype=np.float64)
+
+    def loss(d: float) -> float:
+        u = z + d
+        return float(np.sum(w * (np.logaddexp(0.0, u) - y * u)) + d * d / (2 * prior_sd ** 2))
+
+    res = minimize_scalar(loss, bounds=(-TAIL_SHIFT_MAX, TAIL_SHIFT_MAX), method="bounded",
+                          options={"xatol": 1e-6})
+    return float(res.x)
 
 
 def fit_probes(searches: Sequence[tuple[float, bool]], model: str,

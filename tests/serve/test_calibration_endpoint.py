@@ -175,6 +175,13 @@ def test_the_console_shows_the_calibration_in_effect_and_the_last_job(service, m
     assert wait_done(service)["state"] == "done"
     page = service.get("/ui/service").text
     assert "probabilities mapped by sigmoid(" in page and "decisions unchanged" in page and "done: calibration probes" in page
+    from retrieval.pipeline.flow import Pipeline
+    from retrieval.pipeline.probes import CatalogCalibration
+
+    monkeypatch.setattr(Pipeline, "catalog_calibration", CatalogCalibration(   # a catalog whose tail level moved
+        1.1, 0.8, 200, 170, 0.7, "m", tail_shift=5.5, tail_judged=200, tail_fits=15))
+    page = service.get("/ui/service").text
+    assert "past the head 15 of 200 judged candidates fit: their level moves by +5.50 logits" in page
 
 
 def test_a_calibrated_catalog_calibrates_again_and_the_lock_is_released(service, monkeypatch):

@@ -416,3 +416,98 @@ def test_the_draw_is_stable_as_the_catalog_changes():
     assert len(after) == 20 and all(t.server == "New" for t in entered)        # only the new server's tools enter,
     assert len(before - after) == len(entered) <= 5                            # each pushing one old tool out
     assert before != {t.id for t, _ in plan_probes(Catalog(tools), 20, seed=1)}
+
+
+def tail_pipeline(tmp_path, probs=None, score_top=2):
+    """A pipeline whose candidates past the head carry a shipped tail calibration (the shape the shipped model has)."""
+    from fakes import tiny_catalog
+    from retrieval.pipeline.confidence import TailCalibration
+
+    (tmp_path / "combiner-noex.json").write_text(json.dumps(LOGIT.to_dict()))
+    TailCalibration(a=-4.0, b=0.0, c=-0.5, d=0.0).save(tmp_path / "tail_calibration.json")
+    index = ToolIndex(tiny_catalog(), HashEncoder(), with_examples=False)
+    from fakes import FakeScorer as Scorer
+    return Pipeline(index, Scorer(probs or {}, default=0.3, path=tmp_path), policy=Policy(score_top=score_top))
+
+
+def test_the_tail_shift_fits_interchangeable_tails_and_keeps_sparse_ones():
+    from retrieval.pipeline.probes import MIN_TAIL, fit_tail_shift, tail_evidence
+
+    p = [0.0005] * 200
+    assert fit_tail_shift([(x, 90.0, False) for x in p]) == 0.0   # no fit in 200: the shipped level
+    one = [(x, 90.0, i == 0) for i, x in enumerate(p)]
+    assert tail_evidence(one) > 0.05 and fit_tail_shift(one) == 0.0   # one fit where 0.1 are expected: noise
+    assert fit_tail_shift(one, evidence=0.2) > 2                      # unless the gate lets it through
+    rich = [(x, 90.0, i % 4 == 0) for i, x in enumerate(p)]   # a quarter fit (interchangeable tools)
+    d = fit_tail_shift(rich)
+    q = 1 / (1 + np.exp(-(np.log(0.0005 / 0.9995) + d)))
+    assert 0.15 < q < 0.26                             # the level moves to about what fits (the prior pulls a little)
+    assert fit_tail_shift(rich[:MIN_TAIL - 1]) == 0.0  # too few judged: the shipped level
+    assert tail_evidence(rich) < 1e-20
+    # far fewer fits than the shipped level expects move it down (a tail the shipped model over-states)
+    high = [(0.2, 90.0, i % 50 == 0) for i in range(200)]
+    assert fit_tail_shift(high) < -1
+    # a candidate that stands for more of the tail weighs more
+    heavy = [(x, 180.0 if f else 10.0, f) for x, _, f in rich]
+    assert fit_tail_shift(heavy) > d
+
+
+def test_the_tail_shift_moves_only_candidates_past_the_head(tmp_path):
+    pipe = tail_pipeline(tmp_path, probs={"get_forecast": 0.7})
+    hits = pipe.index.retrieve("weather forecast", None, k=8)
+    before = pipe.probabilities("weather forecast", None, hits, 2)
+    plain = pipe.search("weather forecast")
+    pipe.catalog_calibration = CatalogCalibration(1.0, 0.0, 40, 30, 0.6, pipe.model_key, tail_shift=3.0)
+    after = pipe.probabilities("weather forecast", None, hits, 2)
+    assert np.allclose(after[:2], before[:2])                     # the scored head: untouched
+    logit = lambda x: np.log(x / (1 - x))                         # noqa: E731
+    assert np.allclose(logit(after[2:]), logit(before[2:]) + 3.0)  # past it: the catalog's level
+    moved = pipe.search("weather forecast")
+    assert moved.decision == plain.decision and moved.best_probability == plain.best_probability
+    assert moved.tools[0].tool_id == plain.tools[0].tool_id
+    # a map that raises the head (slope 0.5, +2) leaves the tail at its own level: 0.16.0 mapped it too
+    pipe.catalog_calibration = CatalogCalibration(0.5, 2.0, 40, 30, 0.6, pipe.model_key)
+    mapped = pipe.probabilities("weather forecast", None, hits, 2)
+    assert np.allclose(mapped[:2], pipe.catalog_calibration.apply(before[:2])) and np.allclose(mapped[2:], before[2:])
+    cal = CatalogCalibration(1.0, 0.0, 40, 30, 0.6, "m", tail_shift=-2.5, tail_judged=180, tail_fits=2)
+    assert CatalogCalibration.from_dict(cal.to_dict()) == cal
+    old = {k: v for k, v in cal.to_dict().items() if not k.startswith("tail")}
+    assert CatalogCalibration.from_dict(old).tail_shift == 0.0      # a calibration written before 0.17.0
+    with pytest.raises(ValueError, match="tail_shift"):
+        CatalogCalibration(1.0, 0.0, 40, 30, 0.6, "m", tail_shift=40.0)
+
+
+def test_probes_judge_a_candidate_past_the_head_and_set_the_tails_level(llm, tmp_path):
+    class YesToTails:   # a judge that accepts every tool it is asked about (a catalog of interchangeable tools)
+        def __init__(self, client):
+            self.client = client
+
+        def chat(self, messages, temperature=0.0):
+            reply = self.client.chat(messages, temperature=temperature)
+            if messages[0]["content"].startswith("# Does this tool do what the user asked?"):
+                return type(reply)(json.dumps({"p_yes": 0.9}))
+            return reply
+
+    pipe = tail_pipeline(tmp_path)
+    with client_of(llm) as client:
+        rich = write_probes(pipe, YesToTails(client), tmp_path / "rich.jsonl", n=8, min_searches=20)
+    cal = rich.calibration
+    assert cal is not None and cal.tail_judged >= 20 and cal.tail_fits == cal.tail_judged and cal.tail_shift > 2
+    assert "past the head" in rich.format()
+    judged = [r for r in _rows(tmp_path / "rich.jsonl") if r["kind"] == "judgment"]
+    assert len(judged) >= cal.tail_judged // 2        # each drawn pair judged once (with and without the need may meet)
+    with client_of(llm) as client:                     # the rule judge: the tail's tools do not fit
+        sparse = write_probes(pipe, client, tmp_path / "sparse.jsonl", n=8, min_searches=20)
+    assert sparse.calibration.tail_fits == 0 and sparse.calibration.tail_shift == 0.0
+    hits = pipe.index.retrieve("weather forecast", None, k=8)
+    shipped = pipe.probabilities("weather forecast", None, hits, 2)[2:]
+    for outcome, lo, hi in ((rich, 0.6, 1.0), (sparse, 0.0, 0.1)):
+        pipe.catalog_calibration = outcome.calibration   # the map raises this catalog (its first tools all fit)...
+        assert outcome.calibration.apply(0.3) > 0.5
+        tail = pipe.probabilities("weather forecast", None, hits, 2)[2:]
+        assert lo <= tail.min() and tail.max() <= hi     # ...but the tail reads what its judged candidates say
+    assert np.allclose(tail, shipped)                    # none fit: the shipped tail, not raised by the map
+    pipe.catalog_calibration = None
+    with client_of(llm) as client:                     # asked for no tail: none judged, the shipped level
+        none = write_probes(pipe, client, tmp_path / "none.jsonl", n=8, min_searches=20, tail_per_search=0)
+    assert none.calibration.tail_judged == 0 and none.calibration.tail_shift == 0.0
