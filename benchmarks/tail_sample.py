@@ -107,7 +107,6 @@ def draw(a: argparse.Namespace) -> int:
     from retrieval.pipeline.decision import Policy
     from retrieval.pipeline.flow import Pipeline
     from scorer import Scorer
-    from training.refresh_lists import batch_text
 
     flow = json.loads(a.flow.read_text()) if a.flow else None
     n = a.n or (flow["n"] if flow else 100)
@@ -162,16 +161,23 @@ def draw(a: argparse.Namespace) -> int:
     print(f"{len(design)} requests, {total} candidates past the head; tau {tau:.4g}, floor {a.floor:g}: "
           f"{judged} candidates of {len(items)} requests to judge -> {a.out}", file=sys.stderr)
     if a.batches:
-        a.batches.mkdir(parents=True, exist_ok=True)
-        order = list(items)
-        random.Random(a.seed + 37).shuffle(order)
-        for b in range(a.n_batches):
-            part = order[b::a.n_batches]
-            (a.batches / f"batch_{b + 1:02d}.txt").write_text(
-                "\n\n".join(batch_text([o], catalogs.catalog(o["catalog"])).rstrip("\n") for o in part) + "\n",
-                encoding="utf-8")
+        write_batches(items, a.batches, a.n_batches, a.seed + 37, catalogs)
         print(f"{a.n_batches} judge batches -> {a.batches}", file=sys.stderr)
     return 0
+
+
+def write_batches(items: list[dict], folder: Path, n_batches: int, seed: int, catalogs) -> None:
+    """The judges' batches of ``items`` (real texts: keep them out of the repository), shuffled, dealt in turn."""
+    from training.refresh_lists import batch_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    order = list(items)
+    random.Random(seed).shuffle(order)
+    for b in range(n_batches):
+        part = order[b::n_batches]
+        (folder / f"batch_{b + 1:02d}.txt").write_text(
+            "\n\n".join(batch_text([o], catalogs.catalog(o["catalog"])).rstrip("\n") for o in part) + "\n",
+            encoding="utf-8")
 
 
 def slim(d: dict) -> dict:
@@ -184,10 +190,12 @@ def slim(d: dict) -> dict:
             "labelled_at": [i for i, f in enumerate(d["fit_labelled"]) if f]}
 
 
-def estimate(requests: list[dict], judged: dict, lo: int, hi: int, tail_p_of=None) -> dict:
+def estimate(requests: list[dict], judged: dict, lo: int, hi: int, tail_p_of=None, census: dict | None = None) -> dict:
     """One band of ranks over some requests: the predicted fits (the sum of the tail's probabilities), the judged
     fits found, the Horvitz-Thompson estimate of all fits and its standard error (Poisson sampling), and the
-    per-request sums (for resampling). Candidates at rank ``r`` sit at index ``r - 11``."""
+    per-request sums (for resampling). Candidates at rank ``r`` sit at index ``r - 11``. ``census``: a judge of
+    every candidate at ranks 11-20 (request id -> {candidate: probability}, 0.14.0's ``judged_flow mine-tail``),
+    counted as it is in place of the sample there."""
     import numpy as np
 
     a, b = lo - 11, hi - 10
@@ -197,7 +205,17 @@ def estimate(requests: list[dict], judged: dict, lo: int, hi: int, tail_p_of=Non
         pred.append(float(tp.sum()))
         j = judged.get(d["id"], {})
         o = 0.0
+        whole = census is not None and d["id"] in census
+        if whole and a < 10:   # the census holds ranks 11-20 (all of them, in the judge's order)
+            if (a, b) != (0, 10) and b < 10:
+                raise ValueError("a census of ranks 11-20 reads whole bands that hold all of them")
+            fits = sum(1 for v in census[d["id"]].values() if v >= FITS)
+            found += fits
+            sampled += len(census[d["id"]])
+            o += fits
         for i, t in zip(d["judged_at"], d["judged_ids"]):
+            if whole and i < 10:
+                continue
             if a <= i < b:
                 sampled += 1
                 if j.get(tuple(t), 0.0) >= FITS:
@@ -222,13 +240,13 @@ def ratio_interval(pred: list[float], obs: list[float], reps: int = 2000, seed: 
     return float(np.quantile(r, 0.05, method="inverted_cdf")), float(np.quantile(r, 0.95, method="inverted_cdf"))
 
 
-def read_report(requests: list[dict], judged: dict, tail_p_of=None) -> dict:
+def read_report(requests: list[dict], judged: dict, tail_p_of=None, census: dict | None = None) -> dict:
     out: dict[str, dict] = {}
     kinds = sorted({d["catalog"] for d in requests})
     for kind in [*kinds, "all but Gorilla"]:
         rs = [d for d in requests if (d["catalog"] == kind if kind != "all but Gorilla" else not d["catalog"].startswith("gorilla"))]
         for band, (lo, hi) in BANDS.items():
-            e = estimate(rs, judged, lo, hi, tail_p_of)
+            e = estimate(rs, judged, lo, hi, tail_p_of, census)
             lo90, hi90 = ratio_interval(e.pop("_pred"), e.pop("_obs"))
             e["ratio"] = e["predicted"] / e["observed"] if e["observed"] else None
             e["ratio_90"] = [lo90, hi90]
@@ -273,12 +291,18 @@ def read(a: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    rep = read_report(requests, judged, tail_p_of)
+    census = None
+    if a.census_items:
+        census = read_judged(a.census_items, a.census_judged)
+        census = {d["id"]: census[d["id"]] for d in requests if d["id"] in census}
+    rep = read_report(requests, judged, tail_p_of, census)
     write_result(a.out, {"environment": environment_stamp(), "set": design["set"], "design": str(a.dir),
                          "tail": str(a.tail) if a.tail else "as searched", "tau": design["tau"],
-                         "floor": design["floor"], "report": rep}, indent=1)
+                         "floor": design["floor"], "census": str(a.census_items) if census else None,
+                         "census_requests": len(census or {}), "report": rep}, indent=1)
     print(f"ranks past the head of the first search (need), {design['set']} set: the tail's predicted fits against "
           f"a judged sample (tau {design['tau']:.3g}, floor {design['floor']:g})"
+          + (f"; ranks 11-20 from a census of {len(census)} requests ({a.census_items})" if census else "")
           + (f"; tail re-read with {a.tail}" if a.tail else "") + "\n")
     print("| catalog | ranks | candidates | judged | fits found | fits, estimated (s.e.) | predicted | "
           "predicted / observed (90%) |\n|---|---|---:|---:|---:|---:|---:|---|")
@@ -286,6 +310,8 @@ def read(a: argparse.Namespace) -> int:
         for band, e in bands.items():
             print(f"| {kind} | {band} | {e['candidates']} | {e['sampled']} | {e['found']} | {e['observed']:.1f} "
                   f"({e['se']:.1f}) | {e['predicted']:.1f} | {_fmt_ratio(e)} |")
+    print("(the interval resamples requests; at under about ten fits found it covers less than 90%: read the "
+          "fits found)")
     print(stamp_line(environment_stamp()))
     return 0
 
@@ -303,7 +329,6 @@ def probe_tails(a: argparse.Namespace) -> int:
     from retrieval.pipeline.flow import Pipeline
     from retrieval.pipeline.probes import tail_candidates
     from scorer import Scorer
-    from training.refresh_lists import batch_text
 
     probes = load_probes(a.probes)
     if not probes:
@@ -334,17 +359,48 @@ def probe_tails(a: argparse.Namespace) -> int:
                  indent=None)
     write_jsonl(a.probes / "tail_items.jsonl", shippable_items(out))
     if a.batches:
-        a.batches.mkdir(parents=True, exist_ok=True)
-        order = list(out)
-        random.Random(a.seed + 41).shuffle(order)
-        for b in range(a.n_batches):
-            part = order[b::a.n_batches]
-            (a.batches / f"batch_{b + 1:02d}.txt").write_text(
-                "\n\n".join(batch_text([o], catalogs.catalog(o["catalog"])).rstrip("\n") for o in part) + "\n",
-                encoding="utf-8")
+        write_batches(out, a.batches, a.n_batches, a.seed + 41, catalogs)
     print(f"{len(rows)} tail candidates of {len(out)} probes -> {a.probes / 'probe_tails.json'}, tail_items.jsonl"
           + (f"; {a.n_batches} judge batches -> {a.batches}" if a.batches else ""), file=sys.stderr)
     return 0
+
+
+def answers_moved(rows: list[dict], a: float, b: float, shift: float) -> dict:
+    """The first answers of a kind's agent-flow rows (shipped-scale ``head_p`` and ``tail_p``) as shipped and on an
+    index calibrated with the map ``(a, b)`` and the tail level ``shift``, as ``Pipeline._mapped`` reads them (the
+    decision reads the head mapped and the tail's level through the same map, against the moved thresholds):
+    tools per answer, answers holding a tool past rank 10, answers that lost a scored tool, decisions changed."""
+    import numpy as np
+
+    from retrieval.catalog.model import ToolId
+    from retrieval.index.hits import Hit
+    from retrieval.pipeline.decision import Policy, decide_search
+    from retrieval.pipeline.recalibration import moved_policy, platt
+
+    shipped_policy = Policy()
+    moved = moved_policy(shipped_policy, lambda x: platt(x, a, b))
+
+    def answer(p, policy):
+        hits = [Hit(ToolId("s", str(i)), i + 1, 1.0) for i in range(len(p))]
+        d = decide_search(hits, np.asarray(p, dtype=np.float64), always=[], exact=[], mentioned=[], attempt=1,
+                          policy=policy, max_results=policy.max_results, n_scored=len(head))
+        return d.decision, [int(c[0].tool) for c in d.chosen]
+
+    n = sizes0 = sizes1 = past = lost = decisions = 0
+    for r in rows:
+        if not r.get("tail_p") or not r.get("head_p"):
+            continue
+        head, tail = np.asarray(r["head_p"], dtype=np.float64), np.asarray(r["tail_p"], dtype=np.float64)
+        d0, t0 = answer(np.concatenate([head, tail]), shipped_policy)
+        d1, t1 = answer(platt(np.concatenate([head, platt(tail, 1.0, shift)]), a, b), moved)
+        n += 1
+        sizes0 += len(t0)
+        sizes1 += len(t1)
+        past += any(t >= len(head) for t in t1)
+        lost += any(t < len(head) and t not in t1 for t in t0)
+        decisions += d0 != d1
+    return {"answers": n, "tools_shipped": sizes0 / max(n, 1), "tools_calibrated": sizes1 / max(n, 1),
+            "with_a_tool_past_10": past, "lost_a_scored_tool": lost, "decisions_changed": decisions}
 
 
 def probe_maps(path: Path) -> dict[str, tuple[float, float]]:
@@ -375,6 +431,10 @@ def probe_read(a: argparse.Namespace) -> int:
     tail_judged = read_judged(a.probes / "tail_items.jsonl", a.probe_judged)
     maps = probe_maps(a.maps)
     requests = design["requests"]
+    census = None
+    if a.census_items:
+        census = read_judged(a.census_items, a.census_judged)
+        census = {d["id"]: census[d["id"]] for d in requests if d["id"] in census}
     out, kinds = {}, sorted({d["catalog"] for d in requests})
     level: dict[str, dict] = {}
     for kind in kinds:
@@ -391,17 +451,25 @@ def probe_read(a: argparse.Namespace) -> int:
               or (kind == "all but Gorilla" and not d["catalog"].startswith("gorilla"))]
         cell = dict(level.get(kind, {}))
         for name, f in ways.items():
-            e = estimate(rs, judged, 11, 100, f)
+            e = estimate(rs, judged, 11, 100, f, census)
             lo90, hi90 = ratio_interval(e.pop("_pred"), e.pop("_obs"))
             e["ratio"] = e["predicted"] / e["observed"] if e["observed"] else None
             e["ratio_90"] = [lo90, hi90]
             cell[name] = e
         out[kind] = cell
+    answers = {}
+    if a.flow:   # what the answers hold once calibrated: the flow's first searches (need and request only)
+        flow_rows = json.loads(a.flow.read_text())["rows"]
+        for kind in kinds:
+            answers[kind] = answers_moved([r for r in flow_rows if r["catalog"] == kind and r["mode"] != "late_need"],
+                                          *level[kind]["map"], level[kind]["shift"])
     write_result(a.out, {"environment": environment_stamp(), "design": str(a.dir), "probes": str(a.probes),
-                         "maps": str(a.maps), "report": out}, indent=1)
+                         "maps": str(a.maps), "census": str(a.census_items) if census else None, "report": out,
+                         "answers": answers}, indent=1)
     print("ranks 11-100 of the real requests' first searches (need), predicted against the judged sample: the tail "
           "as shipped, through the catalog's probe map (0.16.0), and at the level the probes' own judged tail "
-          "candidates set (0.17.0)\n")
+          "candidates set (0.17.0)" + (f"; ranks 11-20 from a census of {len(census)} requests" if census else "")
+          + "\n")
     print("| catalog | probes' tail: judged (fit; p of the shipped level) | shift | fits, estimated (found) | shipped: predicted, ratio (90%) | "
           "probe map: predicted, ratio | the probes' tail level: predicted, ratio |\n|---|---:|---:|---:|---|---|---|")
     for kind, c in out.items():
@@ -411,6 +479,55 @@ def probe_read(a: argparse.Namespace) -> int:
         print(f"| {kind} | {probe} | {s0['observed']:.1f} "
               f"({s0['found']}) | " + " | ".join(f"{c[m]['predicted']:.1f}, {_fmt_ratio(c[m])}"
                                                   for m in ("shipped", "probes_map", "probes_level")) + " |")
+    if answers:
+        print(f"\nfirst answers of the flow ({a.flow.name}, need and request only) on each kind's calibrated index: "
+              "the map and the tail level above\n")
+        print("| catalog | answers | tools per answer, shipped -> calibrated | with a tool past rank 10 | lost a scored "
+              "tool | decisions changed |\n|---|---:|---|---:|---:|---:|")
+        for kind, e in answers.items():
+            print(f"| {kind} | {e['answers']} | {e['tools_shipped']:.2f} -> {e['tools_calibrated']:.2f} | "
+                  f"{e['with_a_tool_past_10']} | {e['lost_a_scored_tool']} | {e['decisions_changed']} |")
+    print(stamp_line(environment_stamp()))
+    return 0
+
+
+def fits_agree(a: argparse.Namespace) -> int:
+    """A second judge on the requests whose candidates past the head a first judge accepted (and as many others,
+    shuffled in, so the batch does not say which): per source, how many of the first judge's fits the second
+    accepts, and how many the second accepts that the first did not."""
+    from collections import Counter
+
+    from retrieval.evaluation.judged import read_answers, read_judged
+    from retrieval.jsonl import read_jsonl
+
+    sources = {}
+    for spec in a.source:
+        name, _, rest = spec.partition("=")
+        items, _, pattern = rest.partition(":")
+        files = sorted(Path().glob(pattern)) if pattern else []
+        if not name or not items or not files:
+            print(f"error: --source {spec!r}: give NAME=ITEMS:JUDGED_GLOB (a glob that matches)", file=sys.stderr)
+            return 2
+        sources[name] = ({r["id"]: r for _, r in read_jsonl(Path(items))}, read_judged(Path(items), files))
+    second = read_answers(a.second)
+    table: Counter = Counter()
+    for e in json.loads(a.mapping.read_text()):
+        items, first = sources[e["source"]]
+        item, answer = items[e["id"]], second.get(e["check_id"])
+        if answer is None or answer.get("n") != len(item["candidates"]):
+            print(f"error: {e['check_id']}: no answer, or another number of candidates", file=sys.stderr)
+            return 2
+        for k, c in enumerate(item["candidates"], 1):
+            f = first[e["id"]].get((c["server"], c["tool"]), 0.0) >= FITS
+            g = float(answer["p"].get(str(k), 0.0)) >= FITS
+            table[(e["source"], f, g)] += 1
+    rows = {name: [table[(name, True, True)], table[(name, True, False)], table[(name, False, True)],
+                   table[(name, False, False)]] for name in sources}
+    write_result(a.out, {"environment": environment_stamp(), "rows": rows}, indent=1)
+    print("| source | first judge's fits the second accepts | ... it rejects | second's fits the first did not "
+          "accept | neither |\n|---|---:|---:|---:|---:|")
+    for name, (tt, tf, ft, ff) in rows.items():
+        print(f"| {name} | {tt} | {tf} | {ft} | {ff} |")
     print(stamp_line(environment_stamp()))
     return 0
 
@@ -434,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--dir", type=Path, required=True)
     r.add_argument("--judged", type=Path, nargs="+", required=True)
     r.add_argument("--tail", type=Path, help="re-read the tail's probabilities with this calibration")
+    r.add_argument("--census-items", type=Path, help="a judge of every candidate at ranks 11-20 (judged_flow "
+                   "mine-tail's items), read in place of the sample there")
+    r.add_argument("--census-judged", type=Path, nargs="*")
     r.add_argument("--out", type=Path, required=True)
     t = sub.add_parser("probe-tails", help="the probes' own tail candidates (what --calibrate judges) and batches")
     t.add_argument("--probes", type=Path, required=True, help="a catalog_probes.py folder (requests and needs)")
@@ -449,12 +569,25 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--probe-judged", type=Path, nargs="+", required=True)
     q.add_argument("--maps", type=Path, default=ROOT / "benchmarks" / "results" / "catalog_probes.json",
                    help="catalog_probes.py check's JSON (each kind's probe map)")
+    q.add_argument("--flow", type=Path, help="also replay this agent-flow JSON's first answers on each kind's "
+                   "calibrated index (what the answers hold)")
+    q.add_argument("--census-items", type=Path, help="as read's")
+    q.add_argument("--census-judged", type=Path, nargs="*")
     q.add_argument("--out", type=Path, required=True)
+    f = sub.add_parser("fits-agree", help="a second judge on the requests with judged fits past the head")
+    f.add_argument("--mapping", type=Path, required=True, help="JSON list of {check_id, source, id}")
+    f.add_argument("--second", type=Path, nargs="+", required=True)
+    f.add_argument("--source", nargs="+", required=True, help="NAME=ITEMS:JUDGED_GLOB for each source")
+    f.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     if a.cmd == "draw" and a.flow is None:
         default = ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
         a.flow = default if default.exists() else None
-    return {"draw": draw, "read": read, "probe-tails": probe_tails, "probe-read": probe_read}[a.cmd](a)
+    if a.cmd in ("read", "probe-read") and bool(a.census_items) != bool(a.census_judged):
+        print("error: --census-items and --census-judged go together", file=sys.stderr)
+        return 2
+    return {"draw": draw, "read": read, "probe-tails": probe_tails, "probe-read": probe_read,
+            "fits-agree": fits_agree}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -371,7 +371,9 @@ class Readiness(BaseModel):
     scorer: dict[str, Any] = Field(default_factory=dict, description="Whether a scorer model is loaded, and which.")
     catalog_calibration: dict[str, Any] | None = Field(
         None, description="The catalog calibration the served index carries (`toolrank index --calibrate`): the map "
-                          "`sigmoid(a * logit(p) + b)` its probabilities and zone thresholds go through (decisions "
-                          "unchanged; a tenant's own recalibration supersedes it), and what it was measured on. "
-                          "None without one. Shown to admin keys only.")
+                          "`sigmoid(a * logit(p) + b)` the scored candidates' probabilities and the zone thresholds "
+                          "go through (decisions unchanged; a tenant's own recalibration supersedes it), the level "
+                          "of the candidates past the scored head (`tail_shift`, logits, from `tail_judged` judged "
+                          "candidates of which `tail_fits` fit; 0.17.0 on), and what it was measured on. None "
+                          "without one. Shown to admin keys only.")
     detail: str = Field("", description="What is missing, in words.")

@@ -115,3 +115,48 @@ def test_probe_read_sets_each_kinds_tail_level_and_reads_it(tmp_path, capsys):
     assert rep["hub"]["shift"] > 3 and rep["hub"]["probes_level"]["predicted"] > 10 * rep["hub"]["shipped"]["predicted"]
     assert rep["plain"]["probes_map"]["predicted"] > 20 * rep["plain"]["shipped"]["predicted"]   # the head's map, on the tail
     assert "| hub |" in capsys.readouterr().out
+
+
+def test_a_census_of_ranks_11_to_20_replaces_the_sample_there():
+    reqs = [_request("a", "k", 0.5, [0, 30]), _request("b", "k", 0.5, [2])]
+    judged = {"a": {("S", "a_0"): 0.9, ("S", "a_30"): 0.9}, "b": {("S", "b_2"): 0.9}}
+    census = {"a": {("S", f"c{i}"): (0.9 if i < 2 else 0.0) for i in range(10)}}   # b was not in the census
+    e = ts.estimate(reqs, judged, 11, 100, census=census)
+    assert e["found"] == 2 + 1 + 1 and e["observed"] == pytest.approx(2 + 2 + 2)   # a: census 2, rank 41 at 0.5; b: sample
+    assert e["sampled"] == 10 + 1 + 1 and e["se"] == pytest.approx((2 * 2.0) ** 0.5)
+    first = ts.estimate(reqs, judged, 11, 20, census=census)
+    assert first["observed"] == pytest.approx(2 + 2)                                   # the census counts as it is
+    assert ts.estimate(reqs, judged, 21, 50, census=census)["observed"] == pytest.approx(2)
+
+
+def test_answers_on_a_calibrated_index_keep_their_tools_at_the_shipped_tail_level():
+    rows = [{"head_p": [0.6, 0.2, 0.04] + [0.01] * 7, "tail_p": [0.001] * 90} for _ in range(5)]
+    same = ts.answers_moved(rows, 0.5, 1.5, 0.0)          # a map that raises the head a lot, the tail as shipped
+    assert same["tools_shipped"] == same["tools_calibrated"] and same["with_a_tool_past_10"] == 0
+    assert same["lost_a_scored_tool"] == 0 and same["decisions_changed"] == 0
+    moved = ts.answers_moved(rows, 1.0, 0.0, 5.0)          # the tail's level x150: past the floor for extra tools
+    assert moved["with_a_tool_past_10"] == 5 and moved["tools_calibrated"] == 10 and moved["decisions_changed"] == 0
+
+
+def test_fits_agree_counts_the_second_judges_verdicts_per_source(tmp_path, capsys):
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q1", "catalog": "k", "query": "x", "candidates": [
+        {"server": "S", "tool": "a"}, {"server": "S", "tool": "b"}]}) + "\n")
+    first = tmp_path / "first_01.jsonl"
+    first.write_text(json.dumps({"id": "q1", "n": 2, "p": {"1": 0.9}}) + "\n")
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(json.dumps([{"check_id": "chk001", "source": "src", "id": "q1"}]))
+    second = tmp_path / "second.jsonl"
+    second.write_text(json.dumps({"id": "chk001", "n": 2, "p": {"1": 0.8, "2": 0.7}}) + "\n")
+    out = tmp_path / "out.json"
+    argv = ["fits-agree", "--mapping", str(mapping), "--second", str(second), "--out", str(out),
+            "--source", f"src={items}:{tmp_path.relative_to(tmp_path.anchor)}/first_*.jsonl"]
+    import os
+    old = os.getcwd()
+    os.chdir(tmp_path.anchor)
+    try:
+        assert ts.main(argv) == 0
+    finally:
+        os.chdir(old)
+    assert json.loads(out.read_text())["rows"]["src"] == [1, 0, 1, 0]
+    assert ts.main([*argv[:-1], "src=nothing"]) == 2 and "NAME=ITEMS:JUDGED_GLOB" in capsys.readouterr().err

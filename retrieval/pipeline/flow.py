@@ -298,22 +298,30 @@ class Pipeline:
         names = self._matchers(eligible or Eligibility())[2]
         p = self._probabilities(request, need, hits, score_top, names.find(request), names.find(request, loose=True),
                                 eligible=eligible)
-        return self._mapped(p, self.catalog_calibration, score_top, self.scorer is not None)
-
-    def _mapped(self, p: np.ndarray, mapping: Any, score_top: int | None, read: bool) -> np.ndarray:
-        """``p`` (the shipped scale) through ``mapping`` (the catalog's or a tenant's), and past the head the
-        cross-encoder ``read`` (the first ``score_top``) the catalog's own tail level where the catalog is
-        calibrated: the map is fitted on best probabilities and says nothing about candidates at 0.0002
-        (:meth:`~retrieval.pipeline.probes.CatalogCalibration.tail`)."""
-        if mapping is None or not len(p):
-            return p
-        q = mapping.apply(p)
         cal = self.catalog_calibration
-        if cal is not None and read and self.tail_calibration is not None and score_top is not None \
-                and score_top < len(p):
-            q = np.array(q, dtype=np.float64, copy=True)
-            q[score_top:] = cal.tail(p[score_top:])
-        return q
+        return self._mapped(p, cal, cal, score_top, self.scorer is not None)[1]
+
+    def _mapped(self, p: np.ndarray, mapping: Any, cal: Any, score_top: int | None,
+                read: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``p`` (the shipped scale) read with ``mapping`` (the catalog's map ``cal`` or a tenant's, or None):
+        ``(key, shown)``. Past the head the cross-encoder ``read`` (the first ``score_top``) no map applies
+        (fitted on best probabilities, it says nothing about candidates at 0.0002); the tail shows the catalog's
+        own level (:meth:`~retrieval.pipeline.probes.CatalogCalibration.tail`; the shipped one without a
+        calibration). ``key`` is what the decision reads: the head as shown, the tail's level through the same
+        map as the thresholds, so a tail tool joins an answer where its level passes the shipped floor (at the
+        shipped level: as shipped); ``shown`` is what the answer says."""
+        if not len(p):
+            return p, p
+        tail = (read and self.tail_calibration is not None and score_top is not None and score_top < len(p))
+        level = np.array(p, dtype=np.float64, copy=True)
+        if tail and cal is not None:
+            level[score_top:] = cal.tail(p[score_top:])
+        key = mapping.apply(level) if mapping is not None else level
+        if not tail or mapping is None:
+            return key, key
+        shown = np.array(key, dtype=np.float64, copy=True)
+        shown[score_top:] = level[score_top:]
+        return key, shown
 
     def _probabilities(self, request: str, need: str | None, hits: Sequence[Hit], score_top: int | None,
                        named: Sequence[str], mentioned: Sequence[str], catalog: Catalog | None = None,
@@ -480,8 +488,10 @@ class Pipeline:
         t0 = time.perf_counter()
         check_search(request, k, fmt)
         req = self._resolve(request, need, eligible, previous, k, fmt, policy, explain, learned)
-        # the catalog's map, unless the tenant has its own from feedback (which reads the shipped scale)
-        mapping = recalibration if recalibration is not None else self.catalog_calibration
+        # the catalog's map, unless the tenant has its own from feedback (which reads the shipped scale); read
+        # once: a calibration dropped mid-search must not leave the head and the tail on two scales
+        cal = self.catalog_calibration
+        mapping = recalibration if recalibration is not None else cal
         if mapping is not None:   # the thresholds move with the probabilities: the same decisions
             req = dataclasses.replace(req, policy=mapping.policy(req.policy))
         found = self._shortcuts(req)
@@ -490,10 +500,15 @@ class Pipeline:
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
         raw = probs   # the shipped scale: a tenant's evidence stays comparable whatever map the catalog has
-        probs = self._mapped(probs, mapping, req.policy.score_top, logits is not None)
+        probs, shown = self._mapped(probs, mapping, cal, req.policy.score_top, logits is not None)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)
+        if shown is not probs:   # the tail's own level in the answer (a shortcut's floor stays)
+            row_of = {h.tool_id: i for i, h in enumerate(hits)}
+            decided = dataclasses.replace(decided, chosen=[
+                (t, float(shown[row_of[t]]) if t in row_of and p == float(probs[row_of[t]]) else p, source)
+                for t, p, source in decided.chosen])
         undecided = decided
         if req.attempt >= 2:   # unchanged unless this search says no_fit
             decided = keep_first_answer(decided, _on_this_scale(previous, mapping), req.catalog, req.eligible,
@@ -511,6 +526,19 @@ class Pipeline:
         return result
 
     # ------------------------------------------------------------------ the steps of a search
+
+    def candidates(self, request: str, need: str | None = None, *,
+                   eligible: Eligibility | None = None) -> tuple[list[Hit], np.ndarray, int | None]:
+        """A first search's own candidates and their shipped-scale probabilities, as :meth:`search` computes them
+        before any map (the need guarded, the search restricted to a server the request names), and how many
+        of the first the cross-encoder read (None: all): what a catalog's calibration draws its tail from."""
+        req = self._resolve(request, need, eligible, None, None, "mcp", None, False, None)
+        found = self._shortcuts(req)
+        hits = self._retrieve(req, found)
+        logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
+        probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
+                                 req.policy.score_top, found.search_eligible)
+        return hits, probs, (req.policy.score_top if logits is not None else None)
 
     def _resolve(self, request: str, need: str | None, eligible: Eligibility | None, previous: Any,
                  k: int | None, fmt: Format, policy: Policy | None, explain: bool, learned: Any) -> _Request:

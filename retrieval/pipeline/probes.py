@@ -18,15 +18,22 @@ cached (``<index folder>.probes.jsonl``); the searches run again each time, on t
 (one Platt map over both modes: mean ECE 0.048 with the need and 0.062 without, against 0.065 / 0.066 for
 one shift, 0.150 / 0.164 shipped; ``benchmarks/catalog_probes.py``).
 
-What it changes: the probabilities, and with them the zone thresholds (proceed, the no-fit floor, the
-floor for extra tools, the exact-name confidence), all through the same monotone map. So **every decision and
-every order stays as shipped**; a tenant with its own recalibration from feedback keeps that instead (it reads
+What it changes: the scored candidates' probabilities, and with them the zone thresholds (proceed, the no-fit
+floor, the floor for extra tools, the exact-name confidence), all through the same monotone map. So **every
+decision and every order stays as shipped**; a tenant with its own recalibration from feedback keeps that instead (it reads
 the shipped scale) (the zones were chosen on real no-fit requests, which probes do not have:
 their twins read lower than real no-fit requests do), and what the numbers say is this catalog's: on the
 held-out catalogs, mean ECE of the best probability 0.136 -> 0.084 with the need and 0.130 -> 0.109 without
 (MCP-Zero organisations 0.170 -> 0.046, MCPToolBench++ 0.236 -> 0.057; worse where probes are easier than the
 catalog's real requests: RestBench with the need, three kinds without; docs/results.md). A catalog whose tools
 change drops its calibration (re-index).
+
+The candidates past the scored head (0.17.0) are not mapped: the map is fitted on best probabilities and says
+nothing about candidates at 0.0002. One candidate past the head of each probe search (the search's own,
+:meth:`Pipeline.candidates`), drawn uniformly, is judged too, and the tail's logit moves by ``tail_shift`` only
+where the shipped level cannot explain the judged fits (:func:`tail_evidence` under ``TAIL_EVIDENCE``;
+:func:`fit_tail_shift`). Which tail tools join an answer reads that level through the map, as the floor for
+extra tools does, so at the shipped level an answer's tools are the shipped ones.
 """
 
 from __future__ import annotations
@@ -204,6 +211,7 @@ class ProbeOutcome:
     needed: int = MIN_PROBES
     waiting: int = 0               # searches whose first tool still awaits a judgment (the run stopped)
     stopped: bool = False          # stopped on request (``stop``): nothing fitted
+    tail_waiting: int = 0          # candidates past the head still awaiting a judgment (the tail keeps its level)
 
     def format(self) -> str:
         text = f"calibration probes: {self.written} written, {self.cached} from the cache"
@@ -225,8 +233,11 @@ class ProbeOutcome:
                  f"{c.mean_best:.2f}: probabilities mapped by sigmoid({c.a:.2f} * logit(p) {c.b:+.2f}) "
                  "(decisions unchanged)")
         if c.tail_judged:
-            text += (f"; past the head {c.tail_fits} of {c.tail_judged} judged candidates fit: their level moves by "
-                     f"{c.tail_shift:+.2f} logits")
+            text += (f"; past the head {c.tail_fits} of {c.tail_judged} judged candidates fit: " +
+                     (f"their level moves by {c.tail_shift:+.2f} logits" if c.tail_shift else "the shipped level"))
+        elif self.tail_waiting:
+            text += (f"; past the head {self.tail_waiting} candidates still await a judgment: the shipped level "
+                     "(rerun to judge them)")
         return text
 
 
@@ -377,35 +388,37 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
             unusable.add(key)
             continue   # no known outcome: left out of the fit
         searches.append((best, float(verdict["p_yes"]) >= FITS_AT))
-    tail = []
+    tail, tail_waiting = [], 0
     for request, tid, p, weight in tail_found:
-        verdict = have.get(judgment_key(request, tid))
+        key = judgment_key(request, tid)
+        verdict = have.get(key)
         if verdict is None:
-            waiting += catalog.get(tid) is not None
-        elif "skipped" not in verdict:
+            tail_waiting += catalog.get(tid) is not None
+        elif "skipped" in verdict:
+            unusable.add(key)
+        else:
             tail.append((p, weight, float(verdict["p_yes"]) >= FITS_AT))
     # a run stopped before every judgment: what is known is the probes' own first tools (all fits), so a fit
     # on it would lean up; none until the rest are judged
     stopped = error == STOPPED
     cal = fit_probes(searches, pipeline.model_key, min_searches) if not (waiting or stopped) else None
-    if cal is not None and tail:
+    if cal is not None and tail and not tail_waiting:   # a tail half judged keeps the shipped level (said)
         cal = replace(cal, tail_shift=fit_tail_shift(tail), tail_judged=len(tail),
                       tail_fits=sum(1 for t in tail if t[2]))
     return ProbeOutcome(cal, written, len(jobs) - len(todo), len(searches), skipped + len(unusable),
-                        None if stopped else error, max(int(min_searches), 1), waiting, stopped)
+                        None if stopped else error, max(int(min_searches), 1), waiting, stopped, tail_waiting)
 
 
 def tail_candidates(pipeline: "Pipeline", request: str, need: str | None, m: int = TAIL_PER_SEARCH,
                     eligible: Any = None) -> list[tuple[str, ToolId, float, float]]:
-    """``m`` candidates past the head of one probe search (drawn by :func:`tail_draw`), each with its shipped
-    probability and the number of candidates past the head it stands for (the benchmark passes ``eligible``)."""
-    top = pipeline.policy.score_top
-    if top is None or pipeline.tail_calibration is None:   # no tail past a head (or none with a level to move)
+    """``m`` candidates past the head of one probe search (the search's own: :meth:`Pipeline.candidates`; drawn
+    by :func:`tail_draw`), each with its shipped probability and the number of candidates past the head it
+    stands for (the benchmark passes ``eligible``)."""
+    if pipeline.tail_calibration is None:   # no tail with a level of its own
         return []
-    hits = pipeline.index.retrieve(request, need, eligible, k=pipeline.policy.candidates)
-    if len(hits) <= top:
+    hits, p, top = pipeline.candidates(request, need, eligible=eligible)
+    if top is None or len(hits) <= top:
         return []
-    p = pipeline.probabilities(request, need, hits, top, eligible)
     n_tail = len(hits) - top
     return [(request, hits[top + j].tool_id, float(p[top + j]), n_tail / min(m, n_tail))
             for j in tail_draw(f"{request}\x1f{need or ''}", n_tail, m)]

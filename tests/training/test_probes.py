@@ -511,3 +511,64 @@ def test_probes_judge_a_candidate_past_the_head_and_set_the_tails_level(llm, tmp
     with client_of(llm) as client:                     # asked for no tail: none judged, the shipped level
         none = write_probes(pipe, client, tmp_path / "none.jsonl", n=8, min_searches=20, tail_per_search=0)
     assert none.calibration.tail_judged == 0 and none.calibration.tail_shift == 0.0
+
+
+def test_a_tail_joins_an_answer_as_shipped_unless_its_level_moved(tmp_path):
+    """The head's map moves the floor for extra tools; the tail is never mapped, but which tail tools join an
+    answer reads its level through the same map: at the shipped level, the shipped tools (review of 0.17.0)."""
+    from retrieval.pipeline.confidence import TailCalibration
+
+    (tmp_path / "combiner-noex.json").write_text(json.dumps(LOGIT.to_dict()))
+    from fakes import FakeScorer as Scorer, tiny_catalog
+    for a, b, level in ((2.0, 0.0, 0.03), (0.5, 1.0, 0.10)):   # under the floor 0.05 / over it, shipped
+        TailCalibration(a=float(np.log(level / (1 - level))), b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")
+        pipe = Pipeline(ToolIndex(tiny_catalog(), HashEncoder(), with_examples=False), Scorer({}, default=0.3, path=tmp_path),
+                        policy=Policy(score_top=2, min_results=1))
+        plain = pipe.search("weather forecast")
+        pipe.catalog_calibration = CatalogCalibration(a, b, 40, 30, 0.6, pipe.model_key, tail_judged=200)
+        same = pipe.search("weather forecast")
+        assert [t.tool_id for t in same.tools] == [t.tool_id for t in plain.tools]
+        assert [round(t.probability, 6) for t in same.tools[2:]] == [round(t.probability, 6) for t in plain.tools[2:]]
+        pipe.catalog_calibration = CatalogCalibration(a, b, 40, 30, 0.6, pipe.model_key, tail_shift=3.0)
+        moved = pipe.search("weather forecast")
+        assert len(moved.tools) == 8 and moved.decision == plain.decision   # its level passes the floor now
+        assert moved.tools[-1].probability == pytest.approx(1 / (1 + np.exp(-(np.log(level / (1 - level)) + 3.0))))
+
+
+def test_a_tenants_recalibration_never_maps_the_tail(tmp_path):
+    from retrieval.pipeline.recalibration import UseRecalibration
+
+    pipe = tail_pipeline(tmp_path)
+    hits = pipe.index.retrieve("weather forecast", None, k=8)
+    shipped = pipe.probabilities("weather forecast", None, hits, 2)
+    tenant = UseRecalibration(0.6, 1.7)
+    res = pipe.search("weather forecast", recalibration=tenant, k=8)
+    past = [t for t in res.tools if t.tool_id not in {h.tool_id for h in hits[:2]}]
+    assert past and all(t.probability == pytest.approx(shipped[[h.tool_id for h in hits].index(t.tool_id)]) for t in past)
+    head = [t for t in res.tools if t.tool_id in {h.tool_id for h in hits[:2]}]
+    assert all(t.probability == pytest.approx(float(tenant.apply([0.3])[0])) for t in head)   # the head: the tenant's map
+
+
+def test_the_tail_is_drawn_from_the_searchs_own_candidates(tmp_path):
+    from retrieval.pipeline.probes import tail_candidates
+
+    pipe = tail_pipeline(tmp_path)
+    request = "post a message to the team in Slack"          # the search is restricted to Slack's two tools
+    assert pipe.search(request).restricted_to == ["Slack"]
+    assert tail_candidates(pipe, request, None) == []         # no tail there, so none drawn from other servers
+    hits, p, top = pipe.candidates("weather forecast", None)
+    drawn = tail_candidates(pipe, "weather forecast", None)
+    assert top == 2 and len(drawn) == 1 and drawn[0][1] in {h.tool_id for h in hits[2:]}
+    assert drawn[0][3] == len(hits) - 2                       # it stands for every candidate past the head
+
+
+def test_a_tail_left_unjudged_keeps_the_shipped_level_and_the_head_calibrates(tmp_path):
+    from fakes import ProbeClient
+
+    pipe = tail_pipeline(tmp_path)
+    cache = tmp_path / "p.jsonl"
+    head = write_probes(pipe, ProbeClient(), cache, n=8, min_searches=10, tail_per_search=0)
+    down = write_probes(pipe, ProbeClient(fail=True), cache, n=8, min_searches=10)   # the tail cannot be judged
+    assert down.calibration is not None and down.calibration.a == head.calibration.a
+    assert down.calibration.tail_shift == 0.0 and down.calibration.tail_judged == 0 and down.tail_waiting > 0
+    assert "candidates still await a judgment: the shipped level" in down.format()
