@@ -21,7 +21,10 @@ what reading the map against the shipped thresholds (as before 0.16.0) would hav
 no-fit twins that would proceed; with the thresholds moved it stays the "before" share.
 
 What it leaves out, said plainly: real feedback is biased (searches where the agent called nothing, as on a
-no-fit request, give no observation), and an agent does not always call the right tool.
+no-fit request, give no observation), and an agent does not always call the right tool. ``--biased SHARE``
+(0.17.0) models the flow's own bias: a search that proceeds has its first tool called and counted as a fit
+whether it fits or not, one under the threshold has its fitting tool called, and no-fit requests (``SHARE`` of
+the traffic) are observed only when they proceed (as fits); the pull is then the service's.
 """
 
 from __future__ import annotations
@@ -49,9 +52,31 @@ def apply(p: np.ndarray, ab: tuple[float, float]) -> np.ndarray:
     return UseRecalibration(*ab).apply(p)
 
 
+def observed(p: np.ndarray, y: np.ndarray, pn: np.ndarray, threshold: float, nofit_share: float,
+             rng: np.random.Generator, k: int, answerable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` feedback observations as a service records them when an agent follows the flow (``--biased``): a
+    search that proceeds has its first tool called, and a call that returns counts as the first tool fitting
+    whether it fits or not; one that does not proceed has the fitting tool called when one is offered (its
+    label: whether that was the first tool). A no-fit request (a share ``nofit_share`` of the traffic) gives an
+    observation only when it proceeds, and then a "fit". ``answerable``: the indices the draw may use."""
+    ps, ys = [], []
+    while len(ps) < k:
+        if len(pn) and rng.random() < nofit_share:
+            q = pn[rng.integers(len(pn))]
+            if q >= threshold:
+                ps.append(q)
+                ys.append(1.0)
+            continue
+        i = answerable[rng.integers(len(answerable))]
+        ps.append(p[i])
+        ys.append(1.0 if p[i] >= threshold else y[i])
+    return np.array(ps), np.array(ys)
+
+
 def simulate(rows: list[dict], k: int, lam: float, repeats: int, threshold: float, mode: str,
-             seed: int = 0) -> dict[str, dict]:
-    """Per catalog kind: median ECE before/after and the no-fit share at the threshold before/after."""
+             seed: int = 0, biased: float | None = None) -> dict[str, dict]:
+    """Per catalog kind: median ECE before/after and the no-fit share at the threshold before/after.
+    ``biased``: the observations follow the flow (:func:`observed`) with this share of no-fit traffic."""
     rng = np.random.default_rng(seed)
     out: dict[str, dict] = {}
     for kind in sorted({r["catalog"] for r in rows}):
@@ -66,8 +91,12 @@ def simulate(rows: list[dict], k: int, lam: float, repeats: int, threshold: floa
         for _ in range(repeats):
             perm = rng.permutation(len(ans))
             seen, rest = perm[:k], perm[k:]
-            ab = fit_recalibration(p[seen], y[seen], lam)
-            use = beats_identity(p[seen], y[seen], lam)
+            if biased is None:
+                po, yo = p[seen], y[seen]
+            else:   # the observations a flow-following agent leaves, from the requests not read after
+                po, yo = observed(p, y, pn, threshold, biased, rng, k, seen)
+            ab = fit_recalibration(po, yo, lam)
+            use = beats_identity(po, yo, lam)
             applied.append(use)
             before.append(ece(p[rest], y[rest]))
             after.append(ece(apply(p[rest], ab), y[rest]))
@@ -118,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=100, help="random draws per figure (median reported)")
     ap.add_argument("--mode", default="need", help="the flow's mode (request_only, need, late_need)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--biased", type=float, metavar="NOFIT_SHARE",
+                    help="observations as a flow-following agent leaves them (a proceed's first tool counted as a "
+                         "fit whether it fits or not; no-fit requests, this share of the traffic, observed only "
+                         "when they proceed); the pull is then the service's")
     ap.add_argument("--wide", action="store_true",
                     help="read the report kinds on up to 400 answerable requests each (benchmarks/wide_calibration.py's "
                          "rows added to the flow's), and every first tool as labelled or judged to fit (the fit rows too, "
@@ -138,19 +171,26 @@ def main(argv: list[str] | None = None) -> int:
 
     threshold = Policy().proceed_threshold   # the shipped default
     result: dict = {"threshold": threshold, "mode": a.mode, "lambda_by_k": {}, "report": {}}
+    if a.biased is not None and not 0 <= a.biased < 1:
+        ap.error("--biased takes the no-fit share of the traffic, in [0, 1)")
+    result["biased"] = a.biased
     for k in ks:
         # the pull: the one with the lowest mean ECE after, over the fit catalogs
         scores = {lam: np.mean([v["ece_after"] for v in simulate(fit_rows, k, lam, a.repeats, threshold,
-                                                                  a.mode).values()]) for lam in LAMBDAS}
+                                                                  a.mode).values()]) for lam in LAMBDAS} \
+            if a.biased is None else {}
         finite = {x: v for x, v in scores.items() if np.isfinite(v)}
-        # too few fit rows for this many observations: the pull the service uses
+        # too few fit rows for this many observations (or biased feedback): the pull the service uses
         lam = min(finite, key=finite.get) if finite else DEFAULT_PULL
         result["lambda_by_k"][k] = {"chosen": lam, "fit_mean_ece_after": {str(x): float(s) for x, s in scores.items()}}
-        rep = simulate(report_rows, k, lam, a.repeats, threshold, a.mode, seed=1)
+        rep = simulate(report_rows, k, lam, a.repeats, threshold, a.mode, seed=1, biased=a.biased)
         result["report"][k] = rep
-        print(f"\n{k} feedback observations per tenant (pull {lam} "
-              f"{'chosen on the fit catalogs' if finite else 'as the service uses: the fit catalogs have too few rows'}; "
-              f"fit mean ECE after by pull: {', '.join(f'{x}: {s:.3f}' for x, s in scores.items())})")
+        how = ('chosen on the fit catalogs' if finite else 'as the service uses: the fit catalogs have too few rows'
+               if a.biased is None else f'as the service uses; observations as a flow-following agent leaves them, '
+               f'{a.biased:.0%} of the traffic no-fit')
+        print(f"\n{k} feedback observations per tenant (pull {lam} {how}"
+              + (f"; fit mean ECE after by pull: {', '.join(f'{x}: {s:.3f}' for x, s in scores.items())})"
+                 if scores else ")"))
         print(markdown_table(["held-out catalog", "answerable", "ECE best before", "after (median)",
                               "gated: applied", "gated ECE", f"no-fit >= {threshold} (decisions now)",
                               "if decisions read the map", "gated, if so"],

@@ -55,3 +55,20 @@ def test_the_wide_reading_refuses_a_mode_it_has_no_rows_for(capsys):
     with pytest.raises(SystemExit):
         main(["--wide", "--mode", "late_need", "--feedback", "25", "--repeats", "1"])
     assert "--wide reads the need and request_only modes" in capsys.readouterr().err
+
+
+def test_feedback_as_a_flow_following_agent_leaves_it():
+    """A proceed's first tool is called and counted as a fit whether it fits or not; a search under the threshold
+    has its fitting tool called (the label says whether it was the first); a no-fit request is observed only when
+    it proceeds, and then as a fit."""
+    rng = np.random.default_rng(0)
+    p = np.array([0.95, 0.95, 0.4, 0.4])
+    y = np.array([0.0, 1.0, 0.0, 1.0])           # the first proceed's first tool does not fit
+    po, yo = ur.observed(p, y, np.array([0.9, 0.1]), 0.83, 0.3, rng, 400, np.arange(4))
+    assert len(po) == 400
+    assert np.all(yo[po >= 0.83] == 1.0)          # every proceed reads as a fit
+    low = po < 0.83
+    assert set(po[low]) == {0.4} and 0.3 < yo[low].mean() < 0.7   # under the threshold: the labels
+    assert 0.1 not in set(po)                     # a no-fit request that does not proceed leaves nothing
+    with pytest.raises(SystemExit):
+        ur.main(["--biased", "1.5"])
