@@ -177,8 +177,10 @@ class CalibrationJobs:
     def _fire(self, engine: Engine, probes: int, delay: float, trigger: str) -> None:
         try:
             engine.refresh()
-            if getattr(engine.snapshot.pipeline, "catalog_calibration", None) is not None:
-                return   # calibrated meanwhile (by another worker, or nothing changed the tools)
+            cal = getattr(engine.snapshot.pipeline, "catalog_calibration", None)
+            if cal is not None and getattr(cal, "complete", True):
+                return   # calibrated meanwhile (by another worker, or nothing changed the tools); one whose tail
+                #          still awaits judgments runs again (the cache has the rest)
             last = self.state()
             if last.get("state") == "running":
                 self.schedule(engine, probes, max(delay, 5.0), trigger)   # after it: it may probe an older catalog

@@ -580,9 +580,10 @@ class Gateway:
 
         with self._lock:
             index, pipeline = self.index, self.pipeline
+            cal = pipeline.catalog_calibration if pipeline is not None else None
             if index is None or pipeline is None or not len(index.catalog.tools) \
-                    or pipeline.catalog_calibration is not None:
-                return
+                    or (cal is not None and getattr(cal, "complete", True)):
+                return   # calibrated (one whose tail still awaits judgments is run again: the cache has the rest)
             tools = index.tool_hashes()
             tmp = Path(tempfile.mkdtemp(prefix="toolrank-probe-"))
             try:

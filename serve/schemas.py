@@ -374,6 +374,7 @@ class Readiness(BaseModel):
                           "`sigmoid(a * logit(p) + b)` the scored candidates' probabilities and the zone thresholds "
                           "go through (decisions unchanged; a tenant's own recalibration supersedes it), the level "
                           "of the candidates past the scored head (`tail_shift`, logits, from `tail_judged` judged "
-                          "candidates of which `tail_fits` fit; 0.17.0 on), and what it was measured on. None "
+                          "candidates of which `tail_fits` fit; `tail_waiting` candidates still to judge: the shipped level "
+                          "until the next run; 0.17.0 on), and what it was measured on. None "
                           "without one. Shown to admin keys only.")
     detail: str = Field("", description="What is missing, in words.")

@@ -115,6 +115,7 @@ class _Request:
     mentions: ServerMentionMatcher     # eligible servers
     exact_names: ExactNameMatcher      # eligible tools
     registry_names: ServerMentionMatcher   # eligible servers and the public registry's
+    tail_floor: float | None = None    # the floor past the scored head, on the tail's own scale (a map in effect)
 
 
 @dataclass(frozen=True)
@@ -493,7 +494,7 @@ class Pipeline:
         cal = self.catalog_calibration
         mapping = recalibration if recalibration is not None else cal
         if mapping is not None:   # the thresholds move with the probabilities: the same decisions
-            req = dataclasses.replace(req, policy=mapping.policy(req.policy))
+            req = dataclasses.replace(req, policy=mapping.policy(req.policy), tail_floor=req.policy.floor)
         found = self._shortcuts(req)
         hits = self._retrieve(req, found)
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
@@ -527,18 +528,19 @@ class Pipeline:
 
     # ------------------------------------------------------------------ the steps of a search
 
-    def candidates(self, request: str, need: str | None = None, *,
-                   eligible: Eligibility | None = None) -> tuple[list[Hit], np.ndarray, int | None]:
+    def candidates(self, request: str, need: str | None = None, *, eligible: Eligibility | None = None
+                   ) -> tuple[list[Hit], np.ndarray, int | None, set[ToolId]]:
         """A first search's own candidates and their shipped-scale probabilities, as :meth:`search` computes them
-        before any map (the need guarded, the search restricted to a server the request names), and how many
-        of the first the cross-encoder read (None: all): what a catalog's calibration draws its tail from."""
+        before any map (the need guarded, the search restricted to a server the request names; no tenant's
+        learned examples), how many of the first the cross-encoder read (None: all), and the tools a shortcut
+        lifts (named exactly, always available): what a catalog's calibration draws its tail from."""
         req = self._resolve(request, need, eligible, None, None, "mcp", None, False, None)
         found = self._shortcuts(req)
         hits = self._retrieve(req, found)
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
         probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
                                  req.policy.score_top, found.search_eligible)
-        return hits, probs, (req.policy.score_top if logits is not None else None)
+        return hits, probs, (req.policy.score_top if logits is not None else None), {*found.exact, *found.always}
 
     def _resolve(self, request: str, need: str | None, eligible: Eligibility | None, previous: Any,
                  k: int | None, fmt: Format, policy: Policy | None, explain: bool, learned: Any) -> _Request:
@@ -590,10 +592,15 @@ class Pipeline:
         selected_tools = [req.catalog[c[0]] for c in decided.chosen]
         defs = build_definitions(selected_tools, req.fmt)
         hit_of = {h.tool_id: h for h in hits}
+        row_of = {h.tool_id: i for i, h in enumerate(hits)}
         terms = query_terms(self.index.query_text(req.text, req.need)) if req.explain else set()
+        top = req.policy.score_top
         tools_out = []
         for rank, ((tid, p, src), defn) in enumerate(zip(decided.chosen, defs.definitions), 1):
-            expl = explanation(hit_of.get(tid), req.catalog[tid], p, src, decided.decision, req.policy, terms,
+            past = (req.tail_floor is not None and top is not None and self.tail_calibration is not None
+                    and row_of.get(tid, -1) >= top)   # its number is the tail's own, compared on its own scale
+            expl = explanation(hit_of.get(tid), req.catalog[tid], p, src, decided.decision,
+                               dataclasses.replace(req.policy, floor=req.tail_floor) if past else req.policy, terms,
                                with_examples=self.index.with_examples, named=found.named,
                                casual=found.casual) if req.explain else None
             tools_out.append(ScoredTool(tid, p, rank, src, defn, expl))

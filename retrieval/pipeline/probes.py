@@ -92,6 +92,7 @@ class CatalogCalibration:
     tail_shift: float = 0.0
     tail_judged: int = 0
     tail_fits: int = 0
+    tail_waiting: int = 0   # candidates past the head the endpoint has not judged yet: calibrated again later
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.a) and np.isfinite(self.b) and 0 < self.a <= 20 and abs(self.b) <= 20):
@@ -101,6 +102,12 @@ class CatalogCalibration:
 
     def apply(self, p: np.ndarray | Sequence[float] | float) -> np.ndarray:
         return platt(p, self.a, self.b)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every probe judgment it asked for came back (else the gateway and the service's automatic
+        calibration run it again; the cache answers all but what is missing)."""
+        return not self.tail_waiting
 
     def tail(self, p: np.ndarray) -> np.ndarray:
         """The probabilities of candidates past the scored head (shipped scale in) at this catalog's level: their
@@ -124,7 +131,7 @@ class CatalogCalibration:
         try:
             return cls(float(data["a"]), float(data["b"]), int(data["searches"]), int(data["fits"]),
                        float(data["mean_best"]), str(data.get("model", "")), float(data.get("tail_shift", 0.0)),
-                       int(data.get("tail_judged", 0)), int(data.get("tail_fits", 0)))
+                       int(data.get("tail_judged", 0)), int(data.get("tail_fits", 0)), int(data.get("tail_waiting", 0)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a catalog calibration lacks {exc}") from None
 
@@ -237,7 +244,8 @@ class ProbeOutcome:
                      (f"their level moves by {c.tail_shift:+.2f} logits" if c.tail_shift else "the shipped level"))
         elif self.tail_waiting:
             text += (f"; past the head {self.tail_waiting} candidates still await a judgment: the shipped level "
-                     "(rerun to judge them)")
+                     "until a rerun judges them (the gateway and --calibrate-after-change run it again at the next "
+                     "start or change)")
         return text
 
 
@@ -388,12 +396,13 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
             unusable.add(key)
             continue   # no known outcome: left out of the fit
         searches.append((best, float(verdict["p_yes"]) >= FITS_AT))
-    tail, tail_waiting = [], 0
+    tail, pending = [], set()
     for request, tid, p, weight in tail_found:
         key = judgment_key(request, tid)
         verdict = have.get(key)
         if verdict is None:
-            tail_waiting += catalog.get(tid) is not None
+            if catalog.get(tid) is not None:
+                pending.add(key)
         elif "skipped" in verdict:
             unusable.add(key)
         else:
@@ -402,7 +411,10 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     # on it would lean up; none until the rest are judged
     stopped = error == STOPPED
     cal = fit_probes(searches, pipeline.model_key, min_searches) if not (waiting or stopped) else None
-    if cal is not None and tail and not tail_waiting:   # a tail half judged keeps the shipped level (said)
+    tail_waiting = len(pending)
+    if cal is not None and tail_waiting:   # a tail half judged keeps the shipped level, and is asked for again
+        cal = replace(cal, tail_waiting=tail_waiting)
+    elif cal is not None and tail:
         cal = replace(cal, tail_shift=fit_tail_shift(tail), tail_judged=len(tail),
                       tail_fits=sum(1 for t in tail if t[2]))
     return ProbeOutcome(cal, written, len(jobs) - len(todo), len(searches), skipped + len(unusable),
@@ -416,12 +428,15 @@ def tail_candidates(pipeline: "Pipeline", request: str, need: str | None, m: int
     stands for (the benchmark passes ``eligible``)."""
     if pipeline.tail_calibration is None:   # no tail with a level of its own
         return []
-    hits, p, top = pipeline.candidates(request, need, eligible=eligible)
-    if top is None or len(hits) <= top:
+    hits, p, top, lifted = pipeline.candidates(request, need, eligible=eligible)
+    if top is None:
         return []
-    n_tail = len(hits) - top
-    return [(request, hits[top + j].tool_id, float(p[top + j]), n_tail / min(m, n_tail))
-            for j in tail_draw(f"{request}\x1f{need or ''}", n_tail, m)]
+    # a tool a shortcut lifts (named exactly, always available) is shown at its floor, not at the tail's level
+    rows = [i for i in range(top, len(hits)) if hits[i].tool_id not in lifted]
+    if not rows:
+        return []
+    return [(request, hits[rows[j]].tool_id, float(p[rows[j]]), len(rows) / min(m, len(rows)))
+            for j in tail_draw(f"{request}\x1f{need or ''}", len(rows), m)]
 
 
 def _run(jobs: list, work, out: JsonlOutput, client: ChatClient | None, concurrency: int, show_progress: bool,

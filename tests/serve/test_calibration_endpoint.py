@@ -423,3 +423,34 @@ def test_a_change_during_a_run_is_followed_by_a_run_on_the_new_catalog(tmp_path,
     finally:
         client.app.state.toolrank.calibration_jobs.wait(30)
         client.__exit__(None, None, None)
+
+
+def test_a_calibration_whose_tail_awaits_judgments_is_run_again_at_start(tmp_path, monkeypatch):
+    from retrieval.pipeline.probes import CatalogCalibration
+
+    made = _runs(monkeypatch, ProbeClient)
+    client = real_client(tmp_path, calibrate_after_change_s=0.05)
+    try:
+        first = wait_done(client, started=True)
+        assert first["state"] == "done"
+        engine = client.app.state.toolrank.engine
+        cal = CatalogCalibration.from_dict(first["catalog_calibration"])
+        partial = CatalogCalibration(cal.a, cal.b, cal.searches, cal.fits, cal.mean_best, cal.model, tail_waiting=4)
+        engine.set_calibration(partial.to_dict(), engine.snapshot.pipeline.index.tool_hashes())   # as a failed tail leaves it
+    finally:
+        client.app.state.toolrank.calibration_jobs.wait(30)
+        client.__exit__(None, None, None)
+    runs = len(made)
+    client = real_client(tmp_path, calibrate_after_change_s=0.05)           # a restart on that store
+    try:
+        end = time.monotonic() + 30
+        while True:
+            rec = client.get("/v1/calibration", headers=key("ops")).json()
+            if rec["state"] == "done" and (rec.get("catalog_calibration") or {}).get("tail_waiting", 1) == 0:
+                break
+            assert time.monotonic() < end, rec
+            time.sleep(0.05)
+        assert len(made) > runs and "0 written" in rec["message"]   # a second run: the cache had every probe
+    finally:
+        client.app.state.toolrank.calibration_jobs.wait(30)
+        client.__exit__(None, None, None)

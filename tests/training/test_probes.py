@@ -556,7 +556,8 @@ def test_the_tail_is_drawn_from_the_searchs_own_candidates(tmp_path):
     request = "post a message to the team in Slack"          # the search is restricted to Slack's two tools
     assert pipe.search(request).restricted_to == ["Slack"]
     assert tail_candidates(pipe, request, None) == []         # no tail there, so none drawn from other servers
-    hits, p, top = pipe.candidates("weather forecast", None)
+    hits, p, top, lifted = pipe.candidates("weather forecast", None)
+    assert lifted == set()
     drawn = tail_candidates(pipe, "weather forecast", None)
     assert top == 2 and len(drawn) == 1 and drawn[0][1] in {h.tool_id for h in hits[2:]}
     assert drawn[0][3] == len(hits) - 2                       # it stands for every candidate past the head
@@ -572,3 +573,59 @@ def test_a_tail_left_unjudged_keeps_the_shipped_level_and_the_head_calibrates(tm
     assert down.calibration is not None and down.calibration.a == head.calibration.a
     assert down.calibration.tail_shift == 0.0 and down.calibration.tail_judged == 0 and down.tail_waiting > 0
     assert "candidates still await a judgment: the shipped level" in down.format()
+
+
+def test_a_calibration_is_read_once_per_search(tmp_path):
+    """A calibration dropped while a search runs (a server's tools changed) must not leave the head and the tail
+    on two scales: the whole answer reads the one it started with."""
+    from retrieval.pipeline.confidence import TailCalibration
+
+    pipe = tail_pipeline(tmp_path)
+    TailCalibration(a=float(np.log(0.01 / 0.99)), b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")
+    pipe = Pipeline(pipe.index, pipe.scorer, policy=Policy(score_top=2, min_results=1))
+    pipe.index.calibration = CatalogCalibration(0.6, 1.7, 40, 30, 0.6, pipe.model_key, tail_shift=3.0,
+                                                tail_judged=200, tail_fits=20).to_dict()
+    before = [(t.tool_id, round(t.probability, 6)) for t in pipe.search("weather forecast").tools]
+    original = pipe._logits
+
+    def dropped_meanwhile(*a, **k):
+        pipe.index.calibration = None
+        return original(*a, **k)
+
+    pipe._logits = dropped_meanwhile
+    during = [(t.tool_id, round(t.probability, 6)) for t in pipe.search("weather forecast").tools]
+    assert during == before
+
+
+def test_a_tail_awaiting_judgments_is_calibrated_again_and_a_lifted_tool_is_not_drawn(tmp_path, llm):
+    from fakes import ProbeClient
+    from retrieval.pipeline.probes import tail_candidates
+
+    pipe = tail_pipeline(tmp_path)
+    cache = tmp_path / "p.jsonl"
+    write_probes(pipe, ProbeClient(), cache, n=8, min_searches=10, tail_per_search=0)
+    partial = write_probes(pipe, ProbeClient(fail=True), cache, n=8, min_searches=10).calibration
+    assert partial.tail_waiting > 0 and not partial.complete and partial.tail_shift == 0.0
+    assert CatalogCalibration.from_dict(partial.to_dict()) == partial   # saved as it is, and read back
+    with client_of(llm) as client:                                     # the next run judges what is missing
+        done = write_probes(pipe, client, cache, n=8, min_searches=10).calibration
+    assert done.complete and done.tail_judged > 0 and (done.a, done.b) == (partial.a, partial.b)
+    # a tool the request names exactly is lifted by the search (shown at its floor): never a tail candidate
+    request = "weather forecast and get_shards"
+    hits, _, top, lifted = pipe.candidates(request, None)
+    assert lifted == {ToolId("Elasticsearch", "get_shards")}
+    assert all(tid not in lifted for _, tid, _, _ in tail_candidates(pipe, request, None, m=20))
+
+
+def test_an_explanation_states_the_floor_a_tail_tool_was_compared_with(tmp_path):
+    from retrieval.pipeline.confidence import TailCalibration
+
+    pipe = tail_pipeline(tmp_path)
+    TailCalibration(a=float(np.log(0.1 / 0.9)), b=0.0, c=0.0, d=0.0).save(tmp_path / "tail_calibration.json")
+    pipe = Pipeline(pipe.index, pipe.scorer, policy=Policy(score_top=2, min_results=1))
+    pipe.catalog_calibration = CatalogCalibration(0.5, 1.0, 40, 30, 0.6, pipe.model_key, tail_judged=200)
+    res = pipe.search("weather forecast", explain=True)
+    head, tail = res.tools[:2], res.tools[2:]
+    assert tail and all("list floor 0.05" in t.explanation["reason"] for t in tail)   # the tail's own scale
+    moved = pipe.catalog_calibration.policy(Policy()).floor
+    assert all(f"list floor {moved:.3g}" in t.explanation["reason"] for t in head)
