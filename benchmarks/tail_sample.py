@@ -260,6 +260,16 @@ def _fmt_ratio(e: dict) -> str:
     return f"{r} ({lo:.2f}-{'inf' if hi == float('inf') else f'{hi:.2f}'})"
 
 
+def _census(a: argparse.Namespace, requests: list[dict]) -> dict | None:
+    """``--census-items/--census-judged``'s judgments of ranks 11-20, for the drawn requests (None without)."""
+    from retrieval.evaluation.judged import read_judged
+
+    if not a.census_items:
+        return None
+    census = read_judged(a.census_items, a.census_judged)
+    return {d["id"]: census[d["id"]] for d in requests if d["id"] in census}
+
+
 def reread(tail):
     """A drawn request's tail probabilities as ``tail`` (a TailCalibration) gives them on the same evidence."""
     import numpy as np
@@ -291,10 +301,7 @@ def read(a: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    census = None
-    if a.census_items:
-        census = read_judged(a.census_items, a.census_judged)
-        census = {d["id"]: census[d["id"]] for d in requests if d["id"] in census}
+    census = _census(a, requests)
     rep = read_report(requests, judged, tail_p_of, census)
     write_result(a.out, {"environment": environment_stamp(), "set": design["set"], "design": str(a.dir),
                          "tail": str(a.tail) if a.tail else "as searched", "tau": design["tau"],
@@ -375,10 +382,11 @@ def answers_moved(rows: list[dict], a: float, b: float, shift: float) -> dict:
     from retrieval.catalog.model import ToolId
     from retrieval.index.hits import Hit
     from retrieval.pipeline.decision import Policy, decide_search
-    from retrieval.pipeline.recalibration import moved_policy, platt
+    from retrieval.pipeline.probes import CatalogCalibration
 
+    cal = CatalogCalibration(a, b, 0, 0, 0.0, tail_shift=shift)   # the map and the level as an index carries them
     shipped_policy = Policy()
-    moved = moved_policy(shipped_policy, lambda x: platt(x, a, b))
+    moved = cal.policy(shipped_policy)
 
     def answer(p, policy):
         hits = [Hit(ToolId("s", str(i)), i + 1, 1.0) for i in range(len(p))]
@@ -392,7 +400,7 @@ def answers_moved(rows: list[dict], a: float, b: float, shift: float) -> dict:
             continue
         head, tail = np.asarray(r["head_p"], dtype=np.float64), np.asarray(r["tail_p"], dtype=np.float64)
         d0, t0 = answer(np.concatenate([head, tail]), shipped_policy)
-        d1, t1 = answer(platt(np.concatenate([head, platt(tail, 1.0, shift)]), a, b), moved)
+        d1, t1 = answer(cal.apply(np.concatenate([head, cal.tail(tail)])), moved)
         n += 1
         sizes0 += len(t0)
         sizes1 += len(t1)
@@ -431,10 +439,7 @@ def probe_read(a: argparse.Namespace) -> int:
     tail_judged = read_judged(a.probes / "tail_items.jsonl", a.probe_judged)
     maps = probe_maps(a.maps)
     requests = design["requests"]
-    census = None
-    if a.census_items:
-        census = read_judged(a.census_items, a.census_judged)
-        census = {d["id"]: census[d["id"]] for d in requests if d["id"] in census}
+    census = _census(a, requests)
     out, kinds = {}, sorted({d["catalog"] for d in requests})
     level: dict[str, dict] = {}
     for kind in kinds:

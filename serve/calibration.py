@@ -178,7 +178,7 @@ class CalibrationJobs:
         try:
             engine.refresh()
             cal = getattr(engine.snapshot.pipeline, "catalog_calibration", None)
-            if cal is not None and getattr(cal, "complete", True):
+            if cal is not None and cal.complete:
                 return   # calibrated meanwhile (by another worker, or nothing changed the tools); one whose tail
                 #          still awaits judgments runs again (the cache has the rest)
             last = self.state()

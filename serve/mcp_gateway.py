@@ -582,7 +582,7 @@ class Gateway:
             index, pipeline = self.index, self.pipeline
             cal = pipeline.catalog_calibration if pipeline is not None else None
             if index is None or pipeline is None or not len(index.catalog.tools) \
-                    or (cal is not None and getattr(cal, "complete", True)):
+                    or (cal is not None and cal.complete):
                 return   # calibrated (one whose tail still awaits judgments is run again: the cache has the rest)
             tools = index.tool_hashes()
             tmp = Path(tempfile.mkdtemp(prefix="toolrank-probe-"))

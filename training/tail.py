@@ -142,22 +142,8 @@ def level_to_sampled(tail, sample: dict[str, np.ndarray], source: str = ""):
     sample estimates (at least half a fit)."""
     from dataclasses import replace
 
-    from scipy.optimize import brentq
-
-    from retrieval.evaluation.stats import sigmoid
-
     target = max(sampled_fits(sample), 0.5)
-    z = tail.a + sample["x"] @ _weights(tail)
-
-    def gap(d: float) -> float:
-        return float(np.sum(sigmoid(z + d))) - target
-
-    lo, hi = -30.0, 30.0
-    while gap(lo) > 0:
-        lo *= 2
-    while gap(hi) < 0:
-        hi *= 2
-    shift = brentq(gap, lo, hi)
+    shift = _shift_to(tail.a + sample["x"] @ _weights(tail), target)
     found = int(sample["y"][sample["read"]].sum())
     return replace(tail, a=tail.a + shift, fitted_on=f"{tail.fitted_on}; level moved by {shift:+.3f} so that "
                    f"{len(sample['y'])} candidates at ranks 11-100 ({source}) expect the {target:.1f} fits a judged "
@@ -211,6 +197,24 @@ def tail_p(tail, x: np.ndarray) -> np.ndarray:
     return sigmoid(tail.a + x @ _weights(tail))
 
 
+def _shift_to(z: np.ndarray, target: float) -> float:
+    """The shift ``d`` with ``sum(sigmoid(z + d)) == target`` (0 < target < len(z); the search moves only the
+    intercept)."""
+    from scipy.optimize import brentq
+
+    from retrieval.evaluation.stats import sigmoid
+
+    def gap(d: float) -> float:
+        return float(np.sum(sigmoid(z + d))) - target
+
+    lo, hi = -30.0, 30.0
+    while gap(lo) > 0:   # widen until the root is inside (the sum runs from 0 to len(z))
+        lo *= 2
+    while gap(hi) < 0:
+        hi *= 2
+    return float(brentq(gap, lo, hi))
+
+
 def level_to_judged(tail, x: np.ndarray, y: np.ndarray, source: str = ""):
     """``tail`` with its intercept moved so that the expected number of fits among the judged candidates ``x``
     equals the number the judge accepted (``y``), kept between half a fit and all but half a candidate (a judge
@@ -221,24 +225,9 @@ def level_to_judged(tail, x: np.ndarray, y: np.ndarray, source: str = ""):
     """
     from dataclasses import replace
 
-    from scipy.optimize import brentq
-
     if len(y) < 2:
         raise ValueError(f"{len(y)} judged candidate(s): too few to set the tail's level")
-    from retrieval.evaluation.stats import sigmoid
-
-    target = min(max(float(y.sum()), 0.5), len(y) - 0.5)
-    z = tail.a + x @ _weights(tail)   # once; the search moves only the intercept
-
-    def gap(d: float) -> float:
-        return float(np.sum(sigmoid(z + d))) - target
-
-    lo, hi = -30.0, 30.0
-    while gap(lo) > 0:   # widen until the root is inside (the sum runs from 0 to len(y))
-        lo *= 2
-    while gap(hi) < 0:
-        hi *= 2
-    shift = brentq(gap, lo, hi)
+    shift = _shift_to(tail.a + x @ _weights(tail), min(max(float(y.sum()), 0.5), len(y) - 0.5))
     return replace(tail, a=tail.a + shift, fitted_on=f"{tail.fitted_on}; level moved by {shift:+.3f} so that "
                    f"{len(y)} judged candidates ({source}) expect the {int(y.sum())} fits the judge accepted")
 

@@ -495,27 +495,25 @@ class Pipeline:
         mapping = recalibration if recalibration is not None else cal
         if mapping is not None:   # the thresholds move with the probabilities: the same decisions
             req = dataclasses.replace(req, policy=mapping.policy(req.policy), tail_floor=req.policy.floor)
-        found = self._shortcuts(req)
-        hits = self._retrieve(req, found)
-        logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
-        probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
-                                 req.policy.score_top, found.search_eligible)
+        found, hits, logits, probs = self._scored(req)
         raw = probs   # the shipped scale: a tenant's evidence stays comparable whatever map the catalog has
         probs, shown = self._mapped(probs, mapping, cal, req.policy.score_top, logits is not None)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)
-        if shown is not probs:   # the tail's own level in the answer (a shortcut's floor stays)
+        own_scale: set[ToolId] = set()   # tools past the head shown at the tail's own level (a shortcut's floor stays)
+        if shown is not probs:
             row_of = {h.tool_id: i for i, h in enumerate(hits)}
+            own_scale = {t for t, p, _ in decided.chosen
+                         if t in row_of and shown[row_of[t]] != probs[row_of[t]] and p == float(probs[row_of[t]])}
             decided = dataclasses.replace(decided, chosen=[
-                (t, float(shown[row_of[t]]) if t in row_of and p == float(probs[row_of[t]]) else p, source)
-                for t, p, source in decided.chosen])
+                (t, float(shown[row_of[t]]) if t in own_scale else p, source) for t, p, source in decided.chosen])
         undecided = decided
         if req.attempt >= 2:   # unchanged unless this search says no_fit
             decided = keep_first_answer(decided, _on_this_scale(previous, mapping), req.catalog, req.eligible,
                                         req.policy, req.max_results)
         kept = decided is not undecided
-        result = self._output(req, found, hits, decided)
+        result = self._output(req, found, hits, decided, own_scale)
         if kept:
             result = dataclasses.replace(result, message=result.message + KEPT_MESSAGE, raw_best=None)
         if decided.chosen and decided.chosen[0][2] == "ranked" and not kept:   # a kept tool's is another search's
@@ -534,13 +532,18 @@ class Pipeline:
         before any map (the need guarded, the search restricted to a server the request names; no tenant's
         learned examples), how many of the first the cross-encoder read (None: all), and the tools a shortcut
         lifts (named exactly, always available): what a catalog's calibration draws its tail from."""
-        req = self._resolve(request, need, eligible, None, None, "mcp", None, False, None)
+        found, hits, logits, probs = self._scored(self._resolve(request, need, eligible, None, None, "mcp", None,
+                                                                False, None))
+        return hits, probs, (self.policy.score_top if logits is not None else None), {*found.exact, *found.always}
+
+    def _scored(self, req: _Request) -> tuple[_Shortcuts, list[Hit], np.ndarray | None, np.ndarray]:
+        """One search's shortcuts, candidates, the cross-encoder's logits (None without a scorer) and their
+        calibrated probabilities on the shipped scale."""
         found = self._shortcuts(req)
         hits = self._retrieve(req, found)
         logits = self._logits(req.text, req.need, hits, req.policy.score_top, req.catalog)
-        probs = self._calibrated(hits, logits, found.named, found.casual, req.catalog, req.learned,
-                                 req.policy.score_top, found.search_eligible)
-        return hits, probs, (req.policy.score_top if logits is not None else None), {*found.exact, *found.always}
+        return found, hits, logits, self._calibrated(hits, logits, found.named, found.casual, req.catalog,
+                                                     req.learned, req.policy.score_top, found.search_eligible)
 
     def _resolve(self, request: str, need: str | None, eligible: Eligibility | None, previous: Any,
                  k: int | None, fmt: Format, policy: Policy | None, explain: bool, learned: Any) -> _Request:
@@ -586,21 +589,19 @@ class Pipeline:
                 hits.append(Hit(tid, len(hits) + 1, 0.0))
         return hits
 
-    def _output(self, req: _Request, found: _Shortcuts, hits: Sequence[Hit], decided: Decided) -> SearchResult:
+    def _output(self, req: _Request, found: _Shortcuts, hits: Sequence[Hit], decided: Decided,
+                own_scale: set[ToolId] = frozenset()) -> SearchResult:
         """The chosen tools with their definitions (and explanations), suggestions on ``no_fit``,
         token counts and the message."""
         selected_tools = [req.catalog[c[0]] for c in decided.chosen]
         defs = build_definitions(selected_tools, req.fmt)
         hit_of = {h.tool_id: h for h in hits}
-        row_of = {h.tool_id: i for i, h in enumerate(hits)}
         terms = query_terms(self.index.query_text(req.text, req.need)) if req.explain else set()
-        top = req.policy.score_top
         tools_out = []
         for rank, ((tid, p, src), defn) in enumerate(zip(decided.chosen, defs.definitions), 1):
-            past = (req.tail_floor is not None and top is not None and self.tail_calibration is not None
-                    and row_of.get(tid, -1) >= top)   # its number is the tail's own, compared on its own scale
-            expl = explanation(hit_of.get(tid), req.catalog[tid], p, src, decided.decision,
-                               dataclasses.replace(req.policy, floor=req.tail_floor) if past else req.policy, terms,
+            # a number on the tail's own scale was compared with the floor on that scale
+            policy = dataclasses.replace(req.policy, floor=req.tail_floor) if tid in own_scale else req.policy
+            expl = explanation(hit_of.get(tid), req.catalog[tid], p, src, decided.decision, policy, terms,
                                with_examples=self.index.with_examples, named=found.named,
                                casual=found.casual) if req.explain else None
             tools_out.append(ScoredTool(tid, p, rank, src, defn, expl))

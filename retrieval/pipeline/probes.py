@@ -80,8 +80,9 @@ STOPPED = "stopped on request"
 class CatalogCalibration:
     """``q = sigmoid(a * logit(p) + b)`` (``a > 0``: no order changes), measured on ``searches`` probe searches
     of one catalog with one scorer (``model``); and the level of the candidates the cross-encoder does not read
-    (past ``score_top``): their shipped probability's logit moves by ``tail_shift`` before the map, measured on
-    ``tail_judged`` judged candidates of the probes' answers of which ``tail_fits`` fit (0.17.0 on; 0 before)."""
+    (past ``score_top``): their shipped probability's logit moves by ``tail_shift`` and no map applies to them
+    (:meth:`tail`), measured on ``tail_judged`` judged candidates of the probes' answers of which ``tail_fits``
+    fit; ``tail_waiting`` still await a judgment (0.17.0 on; 0 before)."""
 
     a: float
     b: float
@@ -506,23 +507,12 @@ def fit_tail_shift(tail: Sequence[tuple[float, float, bool]], prior_sd: float = 
     tools), so one or two fits among 200 are noise (a single one moved a fit catalog's level thirteenfold, six
     times what its own requests' tail holds), while a catalog of interchangeable tools (a model hub: 15 of 200)
     moves up. 0 under ``min_judged`` candidates."""
-    from scipy.optimize import minimize_scalar
-
     if len(tail) < max(int(min_judged), 1) or tail_evidence(tail) >= evidence:
         return 0.0
-    p = np.clip(np.array([t[0] for t in tail], dtype=np.float64), 1e-9, 1 - 1e-9)
-    z = np.log(p / (1 - p))
-    w = np.array([t[1] for t in tail], dtype=np.float64)
-    w = w / w.mean()
-    y = np.array([bool(t[2]) for t in tail], dtype=np.float64)
-
-    def loss(d: float) -> float:
-        u = z + d
-        return float(np.sum(w * (np.logaddexp(0.0, u) - y * u)) + d * d / (2 * prior_sd ** 2))
-
-    res = minimize_scalar(loss, bounds=(-TAIL_SHIFT_MAX, TAIL_SHIFT_MAX), method="bounded",
-                          options={"xatol": 1e-6})
-    return float(res.x)
+    weight = np.array([t[1] for t in tail], dtype=np.float64)
+    return fit_recalibration(np.array([t[0] for t in tail]), np.array([float(t[2]) for t in tail]),
+                             1 / (2 * prior_sd ** 2), bounds=((1.0, 1.0), (-TAIL_SHIFT_MAX, TAIL_SHIFT_MAX)),
+                             weight=weight / weight.mean())[1]
 
 
 def fit_probes(searches: Sequence[tuple[float, bool]], model: str,

@@ -87,18 +87,20 @@ class UseRecalibration:
 
 
 def fit_recalibration(p: np.ndarray, y: np.ndarray, pull: float = DEFAULT_PULL, *,
-                      bounds: tuple[tuple[float, float], tuple[float, float]] = ((0.05, 20.0), (-20.0, 20.0))
-                      ) -> tuple[float, float]:
-    """``(a, b)`` minimising the log loss of ``sigmoid(a * logit(p) + b)`` plus ``pull * ((a-1)^2 + b^2)``;
-    ``a`` and ``b`` kept within ``bounds`` (``a`` positive: the order stays)."""
+                      bounds: tuple[tuple[float, float], tuple[float, float]] = ((0.05, 20.0), (-20.0, 20.0)),
+                      weight: np.ndarray | None = None) -> tuple[float, float]:
+    """``(a, b)`` minimising the log loss of ``sigmoid(a * logit(p) + b)`` (each observation counted ``weight``
+    times, default once) plus ``pull * ((a-1)^2 + b^2)``; ``a`` and ``b`` kept within ``bounds`` (``a``
+    positive: the order stays; held at 1 by its bounds, ``b`` is a shift)."""
     from scipy.optimize import minimize
 
     x, y = _logit(p), np.asarray(y, dtype=np.float64)
+    n = np.ones_like(x) if weight is None else np.asarray(weight, dtype=np.float64)
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
         z = w[0] * x + w[1]
-        g = expit(z) - y
-        value = np.sum(np.logaddexp(0, z) - y * z) + pull * ((w[0] - 1) ** 2 + w[1] ** 2)
+        g = n * (expit(z) - y)
+        value = np.sum(n * (np.logaddexp(0, z) - y * z)) + pull * ((w[0] - 1) ** 2 + w[1] ** 2)
         return float(value), np.array([np.sum(g * x) + 2 * pull * (w[0] - 1), np.sum(g) + 2 * pull * w[1]])
 
     w = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=list(bounds)).x
