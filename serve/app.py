@@ -175,6 +175,11 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
                       read_only=settings.read_only or (settings.index_dir is not None and Path(settings.index_dir).is_dir()
                                                        and not os.access(settings.index_dir, os.W_OK)))
     state = ServiceState(settings, tenants, metrics, usage)
+    if settings.audit_share > 0 and not usage.read_only:   # a replica writes nothing, audits included
+        from .audits import Auditor, check_endpoint
+
+        check_endpoint(settings.audit_share)
+        state.auditor = Auditor(usage, settings.audit_share, settings.audit_daily_max)
 
     app = FastAPI(
         title="toolrank",
@@ -245,6 +250,8 @@ def _lifespan(state: ServiceState, pipeline: Any | None) -> Callable[[FastAPI], 
                     await task
             if state.calibration_jobs is not None:   # a running calibration records that it stopped
                 await anyio.to_thread.run_sync(state.calibration_jobs.shutdown)
+            if state.auditor is not None:   # audits waiting are dropped; the one being judged ends
+                await anyio.to_thread.run_sync(state.auditor.close)
             if private is not None:
                 shutil.rmtree(private, ignore_errors=True)
             log.info("stopped")

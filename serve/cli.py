@@ -215,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings()
         if settings.config is not None:
             load_tenants(settings.config)
+        if settings.audit_share > 0:   # audits need the endpoint that judges: said now, not at the first search
+            from .audits import check_endpoint
+
+            check_endpoint(settings.audit_share)
         if settings.backend == "qdrant" and settings.qdrant_url is not None:  # unreachable: one line, now
             from retrieval.index.qdrant.collection import QdrantCollection
             from retrieval.index.qdrant.schema import QdrantConfig

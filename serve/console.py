@@ -284,8 +284,9 @@ async def calibration_page(request: Request, as_tenant: str = "") -> Response:
 
     state = state_of(request)
     figures = await anyio.to_thread.run_sync(state.usage.use_calibration, who.name)
-    recal = await anyio.to_thread.run_sync(state.usage.recalibration_state, who.name, state.settings.use_recalibration,
-                                           state.settings.use_recalibration_min)
+    from .audits import recalibration_state
+
+    recal = await anyio.to_thread.run_sync(recalibration_state, state, who.name, who)
     return _page("calibration.html", request, **_common(request, tenant), who=who, figures=figures, recal=recal,
                  svg=_reliability_svg(figures["bins"]) if figures["bins"] else None)
 

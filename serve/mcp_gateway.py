@@ -396,6 +396,8 @@ class Gateway:
             finally:
                 for b in self.backends.values():
                     b.close()
+                if self.usage is not None:   # audits waiting are dropped; the one being judged ends
+                    self.usage.close()
                 if self._probe_cache is not None:   # --no-save: this process's probe cache goes with it
                     import shutil
                     shutil.rmtree(self._probe_cache.parent, ignore_errors=True)
@@ -656,7 +658,7 @@ class Gateway:
 
         def search() -> "SearchResult | None":
             # a refit reads the feedback log: outside the lock every find_tools call takes
-            recalibration = self.usage.recalibration() if self.usage is not None else None
+            recalibration = self.usage.recalibration(self.pipeline) if self.usage is not None else None
             with self._lock:
                 if self.pipeline is None:
                     return None
@@ -666,7 +668,7 @@ class Gateway:
                                               **({"learned": learned} if learned else {}),
                                               **({"recalibration": recalibration} if recalibration else {}))
             if self.usage is not None:
-                self.usage.offered(request, need, result)
+                self.usage.offered(request, need, result, self.index.catalog if self.index is not None else None)
             return result
         result = await anyio.to_thread.run_sync(search)
         if result is not None and attempt < 2:

@@ -646,6 +646,13 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
             llm_client().close()
         except ValueError as exc:
             raise ValueError(f"--calibrate: {exc}") from None
+    from .settings import GatewaySettings
+
+    audit_share = GatewaySettings().audit_share
+    if audit_share > 0:   # audits need the endpoint that judges: said now, not at the first search
+        from .audits import check_endpoint
+
+        check_endpoint(audit_share)
     tenant = _tenant(a)
     config = load_mcp_config(a.mcp_config) if a.mcp_config else None
     if config is not None and a.server:

@@ -31,7 +31,8 @@ Seconds = Annotated[float, Field(gt=0)]
 
 class RecalibrationSettings(BaseSettings):
     """The recalibration from use, read alike by the service (:class:`Settings`) and the gateway
-    (:class:`GatewaySettings`): ``TOOLRANK_USE_RECALIBRATION``, ``_MIN`` and ``_REFIT_S``."""
+    (:class:`GatewaySettings`): ``TOOLRANK_USE_RECALIBRATION``, ``_MIN`` and ``_REFIT_S``, and the audits it can
+    rest on instead (``TOOLRANK_AUDIT_SHARE``, ``_DAILY_MAX``)."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLRANK_", env_ignore_empty=True, extra="ignore", frozen=True)
 
@@ -40,12 +41,22 @@ class RecalibrationSettings(BaseSettings):
                            "observations, and only where that beats the shipped calibration in cross-validation "
                            "on them (docs/day-one.md); TOOLRANK_USE_RECALIBRATION=1 switches it on.")
     use_recalibration_min: int = Field(
-        25, ge=5, le=100_000, description="Feedback observations (searches whose offered tool was called "
+        25, ge=5, le=100_000, description="Observations (audits, or else searches whose offered tool was called "
                                           "successfully) a tenant needs before its recalibration is fitted.")
     use_recalibration_refit_s: float = Field(
         30.0, ge=0, le=86_400, description="A tenant's recalibration is refitted after new feedback at most this "
                                            "often (it reads the tenant's feedback log); the previous fit serves "
                                            "meanwhile.")
+    audit_share: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of searches (drawn by request id, before their outcome) whose "
+                                         "first tool the LLM endpoint (TOOLRANK_LLM_*) judges in the background: "
+                                         "an unbiased sample each tenant's recalibration is fitted on once it has "
+                                         "TOOLRANK_USE_RECALIBRATION_MIN of them (docs/day-one.md). 0 (default) "
+                                         "is off: an audit sends the request text, secrets masked, to that "
+                                         "endpoint; a tenant opts out with audit = false.")
+    audit_daily_max: int = Field(
+        200, ge=1, le=1_000_000, description="Audits a tenant gets per day and worker at most (each is one short "
+                                             "reply of the LLM endpoint).")
 
 
 class Settings(BackendSettings, RecalibrationSettings):

@@ -43,6 +43,7 @@ class ServiceState:
         self.rates = RateLimiter()
         self.usage = usage   # learning from use (docs/day-one.md)
         self.calibration_jobs: Any = None   # the catalog's calibration (serve.calibration), made on first use
+        self.auditor: Any = None            # audits of a share of searches (serve.audits), when asked for
 
     async def run(self, request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run blocking pipeline work in a thread, under the worker's admission control.

@@ -16,6 +16,7 @@ A tenants file is TOML or JSON with a ``tenants`` list::
     rate_per_s = 5                    # optional: at most 5 requests a second per worker ...
     burst = 20                        # ... with bursts of up to 20 (429 and Retry-After beyond)
     learn_from_use = false            # optional: do not learn example requests from its calls (default true)
+    audit = false                     # optional: never send its requests to the LLM endpoint for audits
     [tenants.policy]                  # optional threshold overrides
     proceed_threshold = 0.7
     no_fit_below = 0.05               # the second attempt says no_fit only under this (else: choose)
@@ -68,6 +69,7 @@ class Tenant:
     rate_per_s: float | None = None   # requests a second per worker (None: unlimited)
     burst: int | None = None          # bucket size (default: one second's worth, at least 1)
     learn_from_use: bool = True       # successful calls to offered tools become its example requests
+    audit: bool = True                # with TOOLRANK_AUDIT_SHARE > 0, a share of its searches is judged (serve/audits.py)
 
     @property
     def sees_everything(self) -> bool:
@@ -122,6 +124,7 @@ class _TenantSpec(BaseModel):
     rate_per_s: float | None = Field(None, gt=0, le=100_000)
     burst: int | None = Field(None, ge=1, le=1_000_000)
     learn_from_use: bool = True
+    audit: bool = True
 
     @model_validator(mode="after")
     def _hashes(self) -> "_TenantSpec":
@@ -184,7 +187,7 @@ class Tenants:
             )
             burst = t.burst if t.burst is not None or t.rate_per_s is None else max(1, math.ceil(t.rate_per_s))
             tenant = Tenant(t.name, eligibility, t.admin, t.policy.model_dump(exclude_none=True),
-                            rate_per_s=t.rate_per_s, burst=burst, learn_from_use=t.learn_from_use)
+                            rate_per_s=t.rate_per_s, burst=burst, learn_from_use=t.learn_from_use, audit=t.audit)
             for h in t.key_sha256:
                 if h in by_hash:
                     raise TenantConfigError(

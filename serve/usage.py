@@ -68,6 +68,8 @@ LOCAL_TENANT = "local"     # the MCP gateway's one user
 
 FEEDBACK_FILE = "feedback.jsonl"        # a tenant's feedback log, and its older part after a rotation
 ROTATED_FILE = FEEDBACK_FILE + ".1"
+AUDITS_FILE = "audits.jsonl"            # a tenant's audits (serve/audits.py): no request text, only the verdicts
+AUDITS_KEPT = 2_000                     # the newest audits kept (and fitted on)
 
 
 def tenant_folder(name: str) -> str:
@@ -210,6 +212,26 @@ class TenantUsage:
             rows = [row for _, row in read_jsonl(path)]
             if any(matches(r) and r.get("request") is not None for r in rows):
                 self._rewrite(path, [{**r, "request": None, "forgotten": True} if matches(r) else r for r in rows])
+
+    @property
+    def audits_path(self) -> Path:
+        return self.root / AUDITS_FILE
+
+    def record_audit(self, event: dict[str, Any]) -> None:
+        """Append one audit (a judged search: its best probability on the shipped scale and the verdict, never its
+        text); past twice ``AUDITS_KEPT`` the file keeps the newest ``AUDITS_KEPT``."""
+        line = dumps_line(event) + "\n"
+        with self._lock, self.store.write_lock():
+            fd = os.open(self.audits_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with open(fd, "a", encoding="utf-8") as fh:
+                fh.write(line)
+            rows = self.audits()
+            if len(rows) > 2 * AUDITS_KEPT:
+                self._rewrite(self.audits_path, rows[-AUDITS_KEPT:])
+
+    def audits(self) -> list[dict[str, Any]]:
+        """Every kept audit, oldest first."""
+        return [row for _, row in read_jsonl(self.audits_path)] if self.audits_path.exists() else []
 
     def events(self) -> list[dict[str, Any]]:
         """Every kept feedback event, oldest first (the older part, then the log)."""
@@ -527,47 +549,80 @@ class UsageBook:
             y.append(float(offered[0][0] == e.get("server") and offered[0][1] == e.get("tool")))
         return p, y
 
-    def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0) -> Any:
-        """The tenant's recalibration learnt from its feedback (:mod:`retrieval.pipeline.recalibration`), or
-        None: too few observations, or none better than the shipped probabilities. Refitted when the tenant's
-        feedback files change (checked by their size and time), at most once per ``refit_s`` per tenant (the
-        previous fit serves meanwhile); it reads the whole log, so call it off the event loop."""
-        return self._recalibration(tenant, min_observations, refit_s)[0]
+    def audit_observations(self, tenant: str) -> tuple[list[float], list[float]]:
+        """The tenant's audits as recalibration evidence: each audited search's best probability before any
+        map and 1 when the judge said its first tool fits, else 0 (the newest ``AUDITS_KEPT``)."""
+        if not (self.root / tenant_folder(tenant)).exists():
+            return [], []
+        p: list[float] = []
+        y: list[float] = []
+        for e in self.tenant(tenant).audits()[-AUDITS_KEPT:]:
+            best, fit = e.get("raw_best"), e.get("fit")
+            if isinstance(best, (int, float)) and 0.0 <= best < 1.0 and isinstance(fit, bool):
+                p.append(float(best))
+                y.append(float(fit))
+        return p, y
 
-    def _recalibration(self, tenant: str, min_observations: int, refit_s: float) -> tuple[Any, int]:
-        """(the fit or None, the observations it rests on), cached per tenant by the feedback files' stamp."""
-        from retrieval.pipeline.recalibration import fit_use_recalibration
+    def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0, *,
+                      feedback: bool = True, audits: bool = False, prior: tuple[float, float] | None = None) -> Any:
+        """The tenant's recalibration (:mod:`retrieval.pipeline.recalibration`), or None: from its audits
+        (``audits``: at least ``min_observations`` of them; pulled towards ``prior``, the served catalog's own
+        map, or the identity), else from its feedback (``feedback``: enough observations, and better than the
+        shipped probabilities in cross-validation). Refitted when the tenant's files change (checked by their
+        size and time), at most once per ``refit_s`` per tenant (the previous fit serves meanwhile); it reads the
+        whole log, so call it off the event loop."""
+        return self._recalibration(tenant, min_observations, refit_s, feedback, audits, prior)[0]
+
+    def _recalibration(self, tenant: str, min_observations: int, refit_s: float, feedback: bool = True,
+                       audits: bool = False, prior: tuple[float, float] | None = None) -> tuple[Any, int, str | None]:
+        """(the fit or None, the observations it rests on, "audits" or "feedback"), cached per tenant by its
+        files' stamp and what is asked."""
+        from retrieval.pipeline.recalibration import fit_audit_recalibration, fit_use_recalibration
 
         folder = self.root / tenant_folder(tenant)
-        if not folder.exists():   # no feedback yet (and no folder made for asking)
-            return None, 0
+        if not folder.exists() or not (feedback or audits):   # no evidence yet (and no folder made for asking)
+            return None, 0, None
         key = []
-        for path in (folder / ROTATED_FILE, folder / FEEDBACK_FILE):
+        for path in (folder / ROTATED_FILE, folder / FEEDBACK_FILE, folder / AUDITS_FILE):
             try:
                 st = path.stat()
                 key.append((st.st_size, st.st_mtime_ns))
             except OSError:
                 key.append(None)
-        stamp = (tuple(key), min_observations)
+        asked = (min_observations, feedback, audits, prior)
+        stamp = (tuple(key), asked)
         now = time.monotonic()
         with self._lock:
             cached = self._recalibrations.get(tenant)
-        # the same files: the same fit; changed files: the previous fit (for the same minimum) for refit_s
-        if cached is not None and (cached[0] == stamp or (cached[0][1] == min_observations and now - cached[2] < refit_s)):
-            return cached[1], cached[3]
-        p, y = self.use_observations(tenant)
-        fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
+        # the same files: the same fit; changed files: the previous fit (for the same question) for refit_s
+        if cached is not None and (cached[0] == stamp or (cached[0][1] == asked and now - cached[2] < refit_s)):
+            return cached[1], cached[3], cached[4]
+        fitted, n, source = None, 0, None
+        if audits:
+            p, y = self.audit_observations(tenant)
+            if len(p) >= min_observations:
+                fitted = fit_audit_recalibration(p, y, prior=prior or (1.0, 0.0), min_observations=min_observations)
+                n, source = len(p), "audits"
+        if source is None and feedback:
+            p, y = self.use_observations(tenant)
+            fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
+            n, source = len(p), "feedback"
         with self._lock:
-            self._recalibrations[tenant] = (stamp, fitted, now, len(p))
-        return fitted, len(p)
+            self._recalibrations[tenant] = (stamp, fitted, now, n, source)
+        return fitted, n, source
 
-    def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25) -> dict[str, Any]:
-        """What :meth:`recalibration` rests on for ``tenant`` and what it fits, as of the feedback files now
-        (the same cache: refitted only when they changed since the last fit), so an operator sees what
-        switching it on would do."""
-        fitted, evidence = self._recalibration(tenant, min_observations, refit_s=0.0)
-        return {"enabled": enabled, "evidence": evidence, "minimum": min_observations, "fitted": fitted is not None,
-                "a": fitted.a if fitted is not None else None, "b": fitted.b if fitted is not None else None}
+    def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25, *,
+                            audits: bool = False, prior: tuple[float, float] | None = None) -> dict[str, Any]:
+        """What :meth:`recalibration` rests on for ``tenant`` and what it fits, as of its files now (the same
+        cache: refitted only when they changed since the last fit), so an operator sees what switching it on
+        would do (``enabled``: the recalibration from feedback is on; ``audits``: audits are taken)."""
+        fitted, evidence, source = self._recalibration(tenant, min_observations, 0.0, True, audits, prior)
+        p, y = self.audit_observations(tenant)
+        return {"enabled": enabled, "audits_on": audits, "evidence": evidence, "source": source,
+                "applied": fitted is not None and (source == "audits" or enabled),
+                "minimum": min_observations, "fitted": fitted is not None,
+                "a": fitted.a if fitted is not None else None, "b": fitted.b if fitted is not None else None,
+                "audited": len(p), "audited_fits": int(sum(y))}
 
     def use_calibration(self, tenant: str, bins: int = 10) -> dict[str, Any]:
         """How calibrated the offered probabilities were on the tenant's real traffic.
@@ -713,14 +768,22 @@ class DecisionDay(BaseModel):
 
 
 class RecalibrationState(BaseModel):
-    enabled: bool = Field(description="Whether the service recalibrates from use (TOOLRANK_USE_RECALIBRATION).")
-    evidence: int = Field(ge=0, description="Searches whose first offered tool is evidence for the fit (a calibrated "
-                                            "candidate, then a successful call reported).")
+    enabled: bool = Field(description="Whether the service recalibrates from feedback (TOOLRANK_USE_RECALIBRATION).")
+    audits_on: bool = Field(False, description="Whether this tenant's searches are audited (TOOLRANK_AUDIT_SHARE > 0 "
+                                               "and the tenant's audit not false): with enough audits the "
+                                               "recalibration rests on them, whatever `enabled` says.")
+    evidence: int = Field(ge=0, description="Observations the fit rests on: audits, or else searches whose first "
+                                            "offered tool is a calibrated candidate and a successful call was "
+                                            "reported.")
+    source: Literal["audits", "feedback"] | None = Field(None, description="What the fit rests on.")
+    applied: bool = Field(False, description="Whether a recalibration is applied to this tenant's searches now.")
     minimum: int = Field(ge=0, description="Evidence needed before a fit (TOOLRANK_USE_RECALIBRATION_MIN).")
-    fitted: bool = Field(description="Whether a recalibration beat the shipped probabilities on this evidence (in "
-                                     "cross-validation); when enabled, it is applied to this tenant's searches.")
+    fitted: bool = Field(description="Whether a recalibration was fitted: from audits once there are enough; from "
+                                     "feedback when it beat the shipped probabilities in cross-validation.")
     a: float | None = Field(None, description="q = sigmoid(a * logit(p) + b): the slope, when fitted.")
     b: float | None = Field(None, description="The offset, when fitted.")
+    audited: int = Field(0, ge=0, description="Audits kept for this tenant (searches whose first tool was judged).")
+    audited_fits: int = Field(0, ge=0, description="Of them, those whose first tool the judge said fits.")
 
 
 class UseCalibration(BaseModel):
@@ -835,6 +898,11 @@ class GatewayUsage:
         self._n = 0
         self._max = recent
         self._lock = threading.Lock()
+        self.auditor: Any = None
+        if self.settings.audit_share > 0:   # the gateway's own searches audited (serve/audits.py)
+            from .audits import Auditor
+
+            self.auditor = Auditor(self.book, self.settings.audit_share, self.settings.audit_daily_max)
 
     @classmethod
     def for_index(cls, index_dir: str | Path | None, *, learn: bool = True,
@@ -850,16 +918,24 @@ class GatewayUsage:
     def learned(self) -> LearnedExamples | None:
         return self.book.learned(self.tenant)
 
-    def recalibration(self) -> Any:
-        """The gateway tenant's recalibration from its calls (``TOOLRANK_USE_RECALIBRATION``), or None."""
-        if not self.settings.use_recalibration:
+    def recalibration(self, pipeline: Any = None) -> Any:
+        """The gateway tenant's recalibration from its audits (``TOOLRANK_AUDIT_SHARE``; pulled towards
+        ``pipeline``'s catalog map) or its calls (``TOOLRANK_USE_RECALIBRATION``), or None."""
+        from .audits import recalibration_args
+
+        asked = recalibration_args(self.settings, self.tenant, pipeline)
+        if asked is None:
             return None
         return self.book.recalibration(self.tenant, self.settings.use_recalibration_min,
-                                       self.settings.use_recalibration_refit_s)
+                                       self.settings.use_recalibration_refit_s, **asked)
 
-    def offered(self, request: str, need: str | None, result: Any) -> None:
+    def close(self) -> None:
+        if self.auditor is not None:
+            self.auditor.close()
+
+    def offered(self, request: str, need: str | None, result: Any, catalog: Any = None) -> None:
         """Remember a ``find_tools`` answer (with its first tool's probability before any recalibration,
-        the evidence a later fit reads)."""
+        the evidence a later fit reads); audit it when drawn (``catalog``: where its first tool's card is)."""
         if result is None:
             return
         with self._lock:
@@ -872,6 +948,8 @@ class GatewayUsage:
                                   raw_best=getattr(result, "raw_best", None))
         with self._lock:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
+        if self.auditor is not None:
+            self.auditor.offer(self.tenant, rid, request, result, catalog)
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

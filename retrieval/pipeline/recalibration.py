@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 __all__ = ["UseRecalibration", "DEFAULT_PULL", "MIN_OBSERVATIONS", "THRESHOLDS", "fit_recalibration",
-           "fit_use_recalibration", "beats_identity", "moved_policy", "platt"]
+           "fit_use_recalibration", "fit_audit_recalibration", "AUDIT_PULL", "beats_identity", "moved_policy",
+           "platt"]
 
 if TYPE_CHECKING:
     from .decision import Policy
@@ -88,22 +89,25 @@ class UseRecalibration:
 
 def fit_recalibration(p: np.ndarray, y: np.ndarray, pull: float = DEFAULT_PULL, *,
                       bounds: tuple[tuple[float, float], tuple[float, float]] = ((0.05, 20.0), (-20.0, 20.0)),
-                      weight: np.ndarray | None = None) -> tuple[float, float]:
+                      weight: np.ndarray | None = None, prior: tuple[float, float] = (1.0, 0.0)) -> tuple[float, float]:
     """``(a, b)`` minimising the log loss of ``sigmoid(a * logit(p) + b)`` (each observation counted ``weight``
-    times, default once) plus ``pull * ((a-1)^2 + b^2)``; ``a`` and ``b`` kept within ``bounds`` (``a``
+    times, default once) plus ``pull * ((a-a0)^2 + (b-b0)^2)`` with ``(a0, b0) = prior`` (default the identity;
+    a tenant's audits pull towards its catalog's map); ``a`` and ``b`` kept within ``bounds`` (``a``
     positive: the order stays; held at 1 by its bounds, ``b`` is a shift)."""
     from scipy.optimize import minimize
 
     x, y = _logit(p), np.asarray(y, dtype=np.float64)
     n = np.ones_like(x) if weight is None else np.asarray(weight, dtype=np.float64)
+    a0, b0 = float(prior[0]), float(prior[1])
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
         z = w[0] * x + w[1]
         g = n * (expit(z) - y)
-        value = np.sum(n * (np.logaddexp(0, z) - y * z)) + pull * ((w[0] - 1) ** 2 + w[1] ** 2)
-        return float(value), np.array([np.sum(g * x) + 2 * pull * (w[0] - 1), np.sum(g) + 2 * pull * w[1]])
+        value = np.sum(n * (np.logaddexp(0, z) - y * z)) + pull * ((w[0] - a0) ** 2 + (w[1] - b0) ** 2)
+        return float(value), np.array([np.sum(g * x) + 2 * pull * (w[0] - a0), np.sum(g) + 2 * pull * (w[1] - b0)])
 
-    w = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=list(bounds)).x
+    start = np.clip(np.array([a0, b0]), [lo for lo, _ in bounds], [hi for _, hi in bounds])
+    w = minimize(loss, start, jac=True, method="L-BFGS-B", bounds=list(bounds)).x
     return float(w[0]), float(w[1])
 
 
@@ -138,4 +142,24 @@ def fit_use_recalibration(p: Sequence[float], y: Sequence[float], *, pull: float
     if len(p_arr) < max(int(min_observations), 5) or not beats_identity(p_arr, y_arr, pull):
         return None
     a, b = fit_recalibration(p_arr, y_arr, pull)
+    return UseRecalibration(a, b, len(p_arr))
+
+
+AUDIT_PULL = 2.0   # chosen on the fit catalogs' rows (benchmarks/audit_recalibration.py)
+
+
+def fit_audit_recalibration(p: Sequence[float], y: Sequence[float], *, prior: tuple[float, float] = (1.0, 0.0),
+                            pull: float = AUDIT_PULL,
+                            min_observations: int = MIN_OBSERVATIONS) -> UseRecalibration | None:
+    """A tenant's recalibration from its **audits** (searches drawn before their outcome, their first tool judged by
+    the LLM endpoint: ``serve/audits.py``), or None under ``min_observations``. Unlike feedback, audits are an
+    unbiased sample of the tenant's searches, read with the calibration target's own question, so no gate: the fit
+    is pulled towards ``prior`` — the catalog's own map (``probes.CatalogCalibration``; the identity without one) —
+    and follows the audits as they grow (``benchmarks/audit_recalibration.py``)."""
+    p_arr, y_arr = np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(p_arr) != len(y_arr):
+        raise ValueError(f"{len(p_arr)} probabilities but {len(y_arr)} labels")
+    if len(p_arr) < max(int(min_observations), 5):
+        return None
+    a, b = fit_recalibration(p_arr, y_arr, pull, prior=prior)
     return UseRecalibration(a, b, len(p_arr))

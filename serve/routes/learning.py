@@ -72,8 +72,9 @@ async def use_calibration(state: AppState, tenant: CallerTenant,
     import anyio
 
     figures = await anyio.to_thread.run_sync(state.usage.use_calibration, name)
-    figures["recalibration"] = await anyio.to_thread.run_sync(
-        state.usage.recalibration_state, name, state.settings.use_recalibration, state.settings.use_recalibration_min)
+    from ..audits import recalibration_state
+
+    figures["recalibration"] = await anyio.to_thread.run_sync(recalibration_state, state, name, tenant)
     return UseCalibration(**figures)
 
 

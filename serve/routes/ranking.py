@@ -4,6 +4,7 @@ a request with a decision."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any
 
@@ -13,6 +14,7 @@ from fastapi import APIRouter, Request
 from retrieval.catalog.model import Tool, ToolId
 from retrieval.pipeline.results import ScoredTool, SearchResult
 
+from ..audits import recalibration_args
 from ..deps import AppState, CallerTenant, ServedSnapshot
 from ..engine import Snapshot, model_info
 from ..errors import ServiceError
@@ -52,11 +54,11 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
                  snap: ServedSnapshot) -> SearchResponse:
     pipeline = snap.pipeline
     learned = state.usage.learned(tenant.name) if tenant.learn_from_use else None
-    # a refit reads the tenant's feedback log: in a thread, never on the event loop
-    recalibration = (await anyio.to_thread.run_sync(state.usage.recalibration, tenant.name,
-                                                    state.settings.use_recalibration_min,
-                                                    state.settings.use_recalibration_refit_s)
-                     if state.settings.use_recalibration else None)
+    # a refit reads the tenant's feedback log and audits: in a thread, never on the event loop
+    asked = recalibration_args(state.settings, tenant, pipeline)
+    recalibration = (await anyio.to_thread.run_sync(functools.partial(
+        state.usage.recalibration, tenant.name, state.settings.use_recalibration_min,
+        state.settings.use_recalibration_refit_s, **asked)) if asked is not None else None)
     result = await state.run(
         request, pipeline.search, body.request, body.need,
         eligible=tenant.eligibility, previous=_previous(body.previous, tenant, body.legacy_decisions), k=body.k,
@@ -69,6 +71,8 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
     state.usage.offered(tenant.name, request_id, body.request, body.need, [t.tool_id for t in result.tools],
                         decision=result.decision, probabilities=[t.probability for t in result.tools],
                         raw_best=result.raw_best)
+    if state.auditor is not None:   # drawn by request id, judged after the answer went out
+        state.auditor.offer(tenant, request_id, body.request, result, snap.catalog, snap.version)
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
     response.recalibrated_from = recalibration.observations if recalibration is not None else None

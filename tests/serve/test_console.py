@@ -107,7 +107,8 @@ def test_calibration_and_service_pages(ui):
     login(ui, "acme")
     page = ui.get("/ui/calibration").text
     assert 'id="reliability"' in page and "ECE" in page and 'id="days"' in page
-    assert 'id="recalibration"' in page and "Off" in page and "2 searches of evidence, 25 needed" in page
+    assert 'id="recalibration"' in page and "Audits off" in page and "from feedback: off" in page
+    assert "2 observations (feedback), 25 needed" in page
     login(ui, "ops")
     assert "index version" in ui.get("/ui/service").text
     as_acme = ui.get("/ui/calibration?as_tenant=acme").text       # an admin may look as a tenant

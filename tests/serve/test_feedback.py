@@ -194,8 +194,9 @@ def test_real_use_calibration_comes_from_the_tenants_feedback(service):
     assert sum(b["n"] for b in got["bins"]) == got["observations"] and 0 <= got["ece"] <= 1
     assert sum(d["searches"] for d in got["days"]) >= 3 and sum(d["successes"] for d in got["days"]) == 3
     # the recalibration it supports: off by default, three pieces of evidence, under the minimum: no fit
-    assert got["recalibration"] == {"enabled": False, "evidence": 3, "minimum": 25, "fitted": False,
-                                    "a": None, "b": None}
+    assert got["recalibration"] == {"enabled": False, "audits_on": False, "evidence": 3, "source": "feedback",
+                                    "applied": False, "minimum": 25, "fitted": False, "a": None, "b": None,
+                                    "audited": 0, "audited_fits": 0}
     other = service.get("/v1/metrics/use", headers=key("all")).json()
     assert other["observations"] == 0                                   # another tenant sees only its own
     assert other["recalibration"]["evidence"] == 0
@@ -260,7 +261,7 @@ def test_a_tenants_recalibration_follows_its_own_feedback_only(tmp_path):
             # the console says it is on and applied, with the fitted map
             assert c.post("/ui/login", data={"key": KEYS["quiet"]}, follow_redirects=False).status_code == 303
             page = c.get("/ui/calibration").text
-            assert "13 searches of evidence, 10 needed" in page and "applied to your searches" in page
+            assert "13 observations (feedback), 10 needed" in page and "applied to your searches" in page
             assert f"sigmoid({state['a']:.2f}" in page
     finally:
         KEYS.pop("quiet", None)

@@ -1,0 +1,169 @@
+"""Audits (serve/audits.py): a share of searches drawn by request id, their first tool judged by the LLM endpoint in
+the background, only the verdict kept, and each tenant's recalibration fitted on its own audits."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import retrieval.index.examples as ix
+from fakes import ProbeClient
+from real_app import key, real_client
+from retrieval.catalog.model import Catalog, Tool, ToolId
+from retrieval.pipeline.recalibration import fit_audit_recalibration, platt
+from serve.audits import Auditor, drawn
+from serve.usage import UsageBook, tenant_folder
+
+CATALOG = Catalog([Tool("Mail", "send_email", "Send an email message"),
+                   Tool("Files", "read_file", "Read a file from disk")])
+
+
+def answer(tool=("Mail", "send_email"), raw=0.6, source="ranked"):
+    return SimpleNamespace(tools=[SimpleNamespace(tool_id=ToolId(*tool), source=source)], raw_best=raw)
+
+
+def tenant(name="acme", audit=True):
+    return SimpleNamespace(name=name, audit=audit)
+
+
+def test_the_draw_is_fixed_by_the_request_id_alone_and_keeps_its_share():
+    assert not drawn("acme", "r1", 0.0) and drawn("acme", "r1", 1.0) and not drawn("acme", None, 1.0)
+    ids = [f"req-{i}" for i in range(20_000)]
+    share = np.mean([drawn("acme", r, 0.1) for r in ids])
+    assert share == pytest.approx(0.1, abs=0.01)
+    assert [drawn("acme", r, 0.1) for r in ids[:500]] == [drawn("acme", r, 0.1) for r in ids[:500]]   # no state
+    # each tenant its own draw, and a larger share keeps every search a smaller one drew
+    assert [drawn("acme", r, 0.1) for r in ids[:2000]] != [drawn("other", r, 0.1) for r in ids[:2000]]
+    assert all(drawn("acme", r, 0.3) for r in ids[:2000] if drawn("acme", r, 0.1))
+
+
+def test_an_audit_keeps_the_verdict_and_never_the_request(tmp_path):
+    book = UsageBook(tmp_path)
+    client = ProbeClient(judge_yes=0.9)
+    auditor = Auditor(book, 1.0, 100, lambda: client)
+    assert auditor.offer(tenant(), "r1", "please send email for me, token sk-live-abcdefghijklmnop1234", answer(),
+                         CATALOG, 3)
+    assert auditor.offer(tenant(), "r2", "what is the weather in Paris", answer(raw=0.3), CATALOG, 3)
+    assert auditor.join(30)
+    rows = book.tenant("acme").audits()
+    assert [(r["request_id"], r["fit"], r["raw_best"], r["tool"]) for r in rows] == [
+        ("r1", True, 0.6, "send_email"), ("r2", False, 0.3, "send_email")]
+    text = (tmp_path / tenant_folder("acme") / "audits.jsonl").read_text()
+    assert "Paris" not in text and "please" not in text and "sk-live" not in text
+    assert book.audit_observations("acme") == ([0.6, 0.3], [1.0, 0.0])
+    assert book.audit_observations("nobody") == ([], [])
+    assert auditor.state()["judged"] == 2
+    auditor.close()
+    assert client.closed
+
+
+def test_what_is_never_audited(tmp_path):
+    book = UsageBook(tmp_path)
+    auditor = Auditor(book, 1.0, 2, lambda: ProbeClient())
+    assert not auditor.offer(tenant(audit=False), "r1", "send email", answer(), CATALOG)      # opted out
+    assert not auditor.offer(tenant(), "r2", "send email", answer(source="exact_name"), CATALOG)   # a shortcut
+    assert not auditor.offer(tenant(), "r3", "send email", answer(raw=None), CATALOG)        # no calibrated number
+    assert not auditor.offer(tenant(), "r4", "send email", answer(tool=("Gone", "x")), CATALOG)   # not in the catalog
+    assert not auditor.offer(tenant(), "r5", "send email", SimpleNamespace(tools=[], raw_best=0.5), CATALOG)
+    assert auditor.offer(tenant(), "r6", "send email", answer(), CATALOG)
+    assert auditor.offer(tenant(), "r7", "send email", answer(), CATALOG)
+    assert not auditor.offer(tenant(), "r8", "send email", answer(), CATALOG)                # the day's maximum
+    assert auditor.offer(tenant("other"), "r8", "send email", answer(), CATALOG)             # per tenant
+    assert auditor.join(30)
+    assert auditor.state()["over_daily"] == 1 and len(book.tenant("acme").audits()) == 2
+    auditor.close()
+
+
+def test_a_failing_judge_or_a_full_queue_costs_nothing_but_the_audit(tmp_path):
+    book = UsageBook(tmp_path)
+    auditor = Auditor(book, 1.0, 100, lambda: ProbeClient(fail=True), attempts=1)
+    assert auditor.offer(tenant(), "r1", "send email", answer(), CATALOG)
+    assert auditor.join(30)
+    assert auditor.state()["failed"] == 1 and book.tenant("acme").audits() == []
+    auditor.close()
+
+    gate = threading.Event()
+    held = Auditor(book, 1.0, 100, lambda: ProbeClient(gate=gate), queue_max=2)
+    queued = [held.offer(tenant(), f"q{i}", "send email", answer(), CATALOG) for i in range(6)]
+    assert queued[:2] == [True, True] and not all(queued) and held.state()["dropped"] >= 1
+    gate.set()
+    assert held.join(30)
+    held.close()
+    assert not held.offer(tenant(), "late", "send email", answer(), CATALOG)   # closed: nothing more is taken
+
+
+def test_the_audit_fit_starts_at_the_catalogs_map_and_follows_the_audits():
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.3, 0.95, 2000)
+    truth = platt(p, 1.0, 1.5)                       # the tenant's traffic fits far more often than p says
+    y = (rng.random(p.size) < truth).astype(float)
+    assert fit_audit_recalibration(p[:10], y[:10], min_observations=25) is None
+    few = fit_audit_recalibration(p[:5], y[:5], prior=(0.8, 0.4), min_observations=5, pull=1e6)
+    assert (few.a, few.b) == pytest.approx((0.8, 0.4), abs=1e-3)    # no evidence to speak of: the catalog's map
+    many = fit_audit_recalibration(p, y, prior=(0.8, -1.0))
+    assert many.b == pytest.approx(1.5, abs=0.4) and many.observations == 2000   # enough: the audits' own level
+    with pytest.raises(ValueError):
+        fit_audit_recalibration([0.5] * 30, [1.0] * 29)
+
+
+def test_a_served_tenants_audits_recalibrate_its_searches_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLRANK_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("TOOLRANK_LLM_MODEL", "judge")
+    fake = ProbeClient(judge_yes=0.95)
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: fake)
+    c = real_client(tmp_path, audit_share=1.0, use_recalibration_min=5, use_recalibration_refit_s=0)
+    try:
+        auditor = c.app.state.toolrank.auditor
+        request = "search github issues"
+
+        def search(who):
+            r = c.post("/v1/search", json={"request": request}, headers=key(who))
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        before = search("acme")
+        assert before["recalibrated_from"] is None
+        assert auditor.join(30)
+        first = before["tools"][0]
+        rows = c.app.state.toolrank.usage.tenant("acme").audits()
+        assert rows and rows[0]["tool"] == first["tool"] and rows[0]["request_id"] == before["request_id"]
+        # the judge accepts a first tool whose words are in the request; the verdicts are the tenant's evidence
+        verdict = rows[0]["fit"]
+        for _ in range(5):
+            search("acme")
+        assert auditor.join(30)
+        after = search("acme")
+        assert after["recalibrated_from"] >= 5
+        assert after["decision"] == before["decision"]        # thresholds move with the map: the same decision
+        if verdict:
+            assert after["best_probability"] > before["best_probability"]
+        else:
+            assert after["best_probability"] < before["best_probability"]
+        other = search("all")                                 # another tenant: its own (one) audit, no fit
+        assert other["recalibrated_from"] is None
+        state = c.get("/v1/metrics/use", headers=key("acme")).json()["recalibration"]
+        assert state["source"] == "audits" and state["applied"] and state["audits_on"]
+        assert state["audited"] >= 6 and not state["enabled"]
+        folder = tmp_path / "store" / "usage" / tenant_folder("acme") / "audits.jsonl"
+        assert request not in folder.read_text()
+        kept = [json.loads(line)["raw_best"] for line in folder.read_text().splitlines()]
+        assert len(kept) >= 7 and kept == [rows[0]["raw_best"]] * len(kept)   # the shipped scale, recalibrated or not
+    finally:
+        c.__exit__(None, None, None)
+    assert fake.closed
+
+
+def test_audits_without_an_endpoint_fail_at_start_with_what_to_set(tmp_path, monkeypatch):
+    from serve.app import create_app
+    from serve.settings import Settings
+
+    for name in ("TOOLRANK_LLM_BASE_URL", "TOOLRANK_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="TOOLRANK_AUDIT_SHARE=0.1 needs the LLM endpoint"):
+        create_app(Settings(auth_disabled=True, audit_share=0.1))
+    with pytest.raises(ValueError):
+        Settings(auth_disabled=True, audit_share=1.5)
