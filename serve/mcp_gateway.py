@@ -329,7 +329,8 @@ class Gateway:
                  index: "ToolIndex | None" = None, eligible: Eligibility | None = None,
                  policy_overrides: dict[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None,
-                 learn: bool = True, tenant: str | None = None, calibrate_probes: int | None = None):
+                 learn: bool = True, tenant: str | None = None, calibrate_probes: int | None = None,
+                 audit: bool = True):
         from retrieval.pipeline.decision import Policy
 
         if config is None and index is None:
@@ -344,7 +345,7 @@ class Gateway:
         self.call_timeout_s = call_timeout_s
         self.index_dir = index_dir
         from .usage import LOCAL_TENANT, GatewayUsage   # learning from use: successful calls to found tools (docs/day-one.md)
-        self.usage = GatewayUsage.for_index(index_dir, learn=learn, tenant=tenant or LOCAL_TENANT)
+        self.usage = GatewayUsage.for_index(index_dir, learn=learn, tenant=tenant or LOCAL_TENANT, audit=audit)
         self.backends: dict[str, Backend] = {}
         if config is not None:
             self.backends = {name: Backend(spec, timeout_s=timeout_s, on_tools_changed=self._tools_changed)

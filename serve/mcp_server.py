@@ -693,6 +693,7 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
                    index_dir=None if a.no_save else index_dir,
                    learn=tenant.learn_from_use if tenant is not None else True,
                    tenant=tenant.name if tenant is not None else None,
+                   audit=tenant.audit if tenant is not None else True,
                    calibrate_probes=a.calibrate_probes if a.calibrate else None)
 
 

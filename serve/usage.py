@@ -47,6 +47,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Hashable, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -890,30 +891,31 @@ class GatewayUsage:
     (tenant ``local``, stored beside the gateway's index folder)."""
 
     def __init__(self, root: str | Path, *, recent: int = 20, tenant: str = LOCAL_TENANT,
-                 settings: GatewaySettings | None = None):
+                 settings: GatewaySettings | None = None, audit: bool = True):
         self.book = UsageBook(root)
         self.tenant = tenant
+        self.audit = audit   # the tenants file's audit = false: none of its searches leaves for the endpoint
         self.settings = settings if settings is not None else GatewaySettings()
         self._recent: list[tuple[str, Offer]] = []
         self._n = 0
         self._max = recent
         self._lock = threading.Lock()
         self.auditor: Any = None
-        if self.settings.audit_share > 0:   # the gateway's own searches audited (serve/audits.py)
+        if self.settings.audit_share > 0 and audit:   # the gateway's own searches audited (serve/audits.py)
             from .audits import Auditor
 
             self.auditor = Auditor(self.book, self.settings.audit_share, self.settings.audit_daily_max)
 
     @classmethod
     def for_index(cls, index_dir: str | Path | None, *, learn: bool = True,
-                  tenant: str = LOCAL_TENANT) -> "GatewayUsage | None":
+                  tenant: str = LOCAL_TENANT, audit: bool = True) -> "GatewayUsage | None":
         """Learning beside the gateway's index folder, or None: no folder (``--no-save``), the setting off,
         or the tenant's ``learn_from_use = false`` (``learn``). ``tenant``: whose examples they are."""
         settings = GatewaySettings()
         if index_dir is None or not learn or not settings.learn_from_use:
             return None
         index_dir = Path(index_dir)
-        return cls(index_dir.with_name(index_dir.name + "-usage"), tenant=tenant, settings=settings)
+        return cls(index_dir.with_name(index_dir.name + "-usage"), tenant=tenant, settings=settings, audit=audit)
 
     def learned(self) -> LearnedExamples | None:
         return self.book.learned(self.tenant)
@@ -923,7 +925,7 @@ class GatewayUsage:
         ``pipeline``'s catalog map) or its calls (``TOOLRANK_USE_RECALIBRATION``), or None."""
         from .audits import recalibration_args
 
-        asked = recalibration_args(self.settings, self.tenant, pipeline)
+        asked = recalibration_args(self.settings, SimpleNamespace(name=self.tenant, audit=self.audit), pipeline)
         if asked is None:
             return None
         return self.book.recalibration(self.tenant, self.settings.use_recalibration_min,
@@ -949,7 +951,7 @@ class GatewayUsage:
         with self._lock:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
         if self.auditor is not None:
-            self.auditor.offer(self.tenant, rid, request, result, catalog)
+            self.auditor.offer(SimpleNamespace(name=self.tenant, audit=self.audit), rid, request, result, catalog)
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

@@ -145,7 +145,7 @@ def fit_use_recalibration(p: Sequence[float], y: Sequence[float], *, pull: float
     return UseRecalibration(a, b, len(p_arr))
 
 
-AUDIT_PULL = 2.0   # chosen on the fit catalogs' rows (benchmarks/audit_recalibration.py)
+AUDIT_PULL = DEFAULT_PULL   # chosen on the fit catalogs' rows at 50 audits among 0.5, 2, 8 (benchmarks/audit_recalibration.py)
 
 
 def fit_audit_recalibration(p: Sequence[float], y: Sequence[float], *, prior: tuple[float, float] = (1.0, 0.0),

@@ -167,3 +167,27 @@ def test_audits_without_an_endpoint_fail_at_start_with_what_to_set(tmp_path, mon
         create_app(Settings(auth_disabled=True, audit_share=0.1))
     with pytest.raises(ValueError):
         Settings(auth_disabled=True, audit_share=1.5)
+
+
+def test_the_gateway_audits_its_own_searches_unless_its_tenant_opts_out(tmp_path, monkeypatch):
+    from serve.settings import GatewaySettings
+    from serve.usage import GatewayUsage
+
+    fake = ProbeClient(judge_yes=0.9)
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: fake)
+    settings = GatewaySettings(audit_share=1.0, use_recalibration_min=5, use_recalibration_refit_s=0)
+    usage = GatewayUsage(tmp_path / "g", settings=settings)
+    for i in range(5):
+        usage.offered("please send email for me", None, answer(raw=0.5), CATALOG)
+    assert usage.auditor.join(30)
+    assert usage.book.audit_observations(usage.tenant) == ([0.5] * 5, [1.0] * 5)
+    pipeline = SimpleNamespace(catalog_calibration=SimpleNamespace(a=1.0, b=0.0))
+    fitted = usage.recalibration(pipeline)
+    assert fitted is not None and fitted.observations == 5 and float(fitted.apply(0.5)) > 0.5
+    usage.close()
+    assert fake.closed
+    quiet = GatewayUsage(tmp_path / "q", settings=settings, audit=False)
+    assert quiet.auditor is None
+    quiet.offered("please send email for me", None, answer(raw=0.5), CATALOG)
+    assert quiet.book.audit_observations(quiet.tenant) == ([], [])
+    assert quiet.recalibration(pipeline) is None
