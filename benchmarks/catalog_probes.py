@@ -112,6 +112,63 @@ def sample(out: Path, per_kind: int, seed: int, n_batches: int, which: str = "re
     return 0
 
 
+USER_SAMPLES = "user_samples.json"   # restyle: the real requests shown to the writers, left out of every reading
+
+
+def _real_rows(which: str) -> list[dict]:
+    """The answerable first searches (need mode) the ECE of a set is read on: the fit flow's rows, or the report
+    flow's with the wide draw (``wide_calibration.py``)."""
+    if which == "fit":
+        rows = json.loads((ROOT / "benchmarks" / "results" / "agent_flow_fit.json").read_text())["rows"]
+    else:
+        import tempfile
+
+        from benchmarks.wide_calibration import RESULTS, flow_file
+
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = json.loads(flow_file(RESULTS / "wide_calibration_rows.json", Path(tmp) / "f.json").read_text())["rows"]
+    return [r for r in rows if r.get("answerable") and r.get("mode") == "need"]
+
+
+def _request_texts(ids: set[str], which: str) -> dict[str, str]:
+    from retrieval.evaluation.corpora import load_corpus
+    from retrieval.evaluation.harness import load_queries
+    from training.flow_cases import INDEPENDENT, QUESTIONS
+
+    out = {q.id: q.query for q in [*load_queries(QUESTIONS), *load_queries(INDEPENDENT, split="independent")]
+           if q.id in ids}
+    for name in _kinds(which)[1:]:
+        out.update({q.id: q.query for q in load_corpus(name).questions if q.id in ids})
+    return out
+
+
+def restyle(source: Path, out: Path, n_user: int, seed: int, n_batches: int, which: str) -> int:
+    """The same tools to probe as ``source`` (its items.jsonl), each card carrying ``n_user`` requests the kind's
+    real users sent (drawn from the rows its ECE is read on; their ids go to ``user_samples.json`` and ``check``
+    leaves them out): what ``toolrank index --calibrate --user-requests FILE`` gives its writer."""
+    from retrieval.jsonl import read_jsonl, write_jsonl
+
+    items = [r for _, r in read_jsonl(source / "items.jsonl")]
+    rows = _real_rows(which)
+    rng = random.Random(seed)
+    chosen: dict[str, list[str]] = {}
+    for kind in sorted({it["catalog"] for it in items}):
+        ids = sorted({r["id"] for r in rows if r["catalog"] == kind})
+        chosen[kind] = rng.sample(ids, min(n_user, len(ids)))
+    texts = _request_texts({i for v in chosen.values() for i in v}, which)
+    samples = {kind: [texts[i] for i in ids if i in texts] for kind, ids in chosen.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / USER_SAMPLES).write_text(json.dumps({"ids": chosen, "requests": samples}, indent=1, ensure_ascii=False))
+    write_jsonl(out / "items.jsonl", items)
+    order = list(items)
+    random.Random(seed + 1).shuffle(order)
+    for b in range(n_batches):
+        write_jsonl(out / f"write_{b + 1:02d}.jsonl",
+                    [{"id": it["id"], **it["card"], "user_requests": samples[it["catalog"]]} for it in order[b::n_batches]])
+    print(f"{len(items)} tools, {n_user} user requests a kind -> {out}, {n_batches} writer batches")
+    return 0
+
+
 VOICES = ("terse", "verbose", "platform", "plain", "first_step")   # training/data/briefs/needs_blind.md
 
 
@@ -376,6 +433,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--set", choices=("report", "fit"), default="report",
                    help="the agent flow's catalogs to probe (fit: MCP-Zero dev organisations and the training corpora)")
+    rs = sub.add_parser("restyle", help="the same tools, each card with requests the kind's real users sent")
+    rs.add_argument("--source", type=Path, required=True, help="a sample's folder (its items.jsonl)")
+    rs.add_argument("--out", type=Path, required=True)
+    rs.add_argument("--user-requests", type=int, default=5)
+    rs.add_argument("--batches", type=int, default=8)
+    rs.add_argument("--seed", type=int, default=0)
+    rs.add_argument("--set", choices=("report", "fit"), default="report")
     nb = sub.add_parser("need-batches", help="the blind need writers' batches (the written requests only)")
     nb.add_argument("--probes", type=Path, required=True)
     nb.add_argument("--batches", type=int, default=4)
@@ -409,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.cmd == "sample":
         return sample(a.out, a.per_kind, a.seed, a.batches, a.set)
+    if a.cmd == "restyle":
+        return restyle(a.source, a.out, a.user_requests, a.seed, a.batches, a.set)
     if a.cmd == "need-batches":
         return need_batches(a.probes, a.batches, a.seed)
     if a.cmd == "run":

@@ -148,7 +148,7 @@ class Auditor:
         if self._client is None:
             self._client = self._factory()
         return ask(self._client, messages("probe_judge", request=job.request, tool=tool_text(job.tool)),
-                   _probability, temperature=0.0, attempts=self.attempts)
+                   _probability, temperature=0.2, attempts=self.attempts)   # a retried reply is not the same reply
 
     def _work(self) -> None:
         while True:

@@ -377,4 +377,8 @@ class Readiness(BaseModel):
                           "candidates of which `tail_fits` fit; `tail_waiting` candidates still to judge: the shipped level "
                           "until the next run; 0.17.0 on), and what it was measured on. None "
                           "without one. Shown to admin keys only.")
+    audits: dict[str, Any] | None = Field(
+        None, description="This worker's audits (TOOLRANK_AUDIT_SHARE > 0; serve/audits.py): the share, the daily "
+                          "maximum per tenant, and how many were queued, judged, are waiting, were dropped (queue "
+                          "full), over the daily maximum or failed. None when audits are off. Admin keys only.")
     detail: str = Field("", description="What is missing, in words.")

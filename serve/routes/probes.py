@@ -43,7 +43,7 @@ async def readyz(request: Request, state: AppState) -> JSONResponse:
     body = Readiness(ready=ready, status=state.status,
                      index_version=state.engine.snapshot.version if ready and admin else None,
                      scorer=state.scorer, catalog_calibration=cal.to_dict() if cal is not None else None,
-                     detail=detail)
+                     audits=state.auditor.state() if admin and state.auditor is not None else None, detail=detail)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 

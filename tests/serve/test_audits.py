@@ -145,6 +145,9 @@ def test_a_served_tenants_audits_recalibrate_its_searches_only(tmp_path, monkeyp
             assert after["best_probability"] < before["best_probability"]
         other = search("all")                                 # another tenant: its own (one) audit, no fit
         assert other["recalibrated_from"] is None
+        audits = c.get("/readyz", headers=key("ops")).json()["audits"]
+        assert audits["share"] == 1.0 and audits["judged"] >= 7 and audits["failed"] == 0
+        assert c.get("/readyz", headers=key("acme")).json()["audits"] is None   # admins only
         state = c.get("/v1/metrics/use", headers=key("acme")).json()["recalibration"]
         assert state["source"] == "audits" and state["applied"] and state["audits_on"]
         assert state["audited"] >= 6 and not state["enabled"]
