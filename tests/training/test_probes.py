@@ -629,3 +629,52 @@ def test_an_explanation_states_the_floor_a_tail_tool_was_compared_with(tmp_path)
     assert tail and all("list floor 0.05" in t.explanation["reason"] for t in tail)   # the tail's own scale
     moved = pipe.catalog_calibration.policy(Policy()).floor
     assert all(f"list floor {moved:.3g}" in t.explanation["reason"] for t in head)
+
+
+def test_probes_written_like_the_users_requests(tmp_path):
+    """--user-requests (0.18.0): each probe is written with five of the users' requests shown (in turn), the
+    calibration says how many styled it, and a change of them writes the probes again (the cache keys them)."""
+    from fakes import ProbeClient
+    from retrieval.pipeline.probes import MAX_USER_REQUESTS, read_user_requests, user_samples
+
+    class Recording(ProbeClient):
+        def __init__(self):
+            super().__init__()
+            self.prompts = []
+
+        def chat(self, messages, temperature=0.0):
+            self.prompts.append(messages)
+            return super().chat(messages, temperature)
+
+    users = [f"could you check order {n} for me, and then email the customer?" for n in range(7)]
+    cache = tmp_path / "p.jsonl"
+    styled = Recording()
+    out = write_probes(pipeline(), styled, cache, n=8, min_searches=10, tail_per_search=0, user_requests=users)
+    writes = [m for m in styled.prompts if m[0]["content"].startswith("# Writing a probe request")]
+    assert len(writes) == 8 and all("as this catalog's users write" in m[0]["content"] for m in writes)
+    shown = [[u for u in users if u in m[1]["content"]] for m in writes]
+    assert all(len(s) == 5 for s in shown) and len({tuple(s) for s in shown}) > 1   # five each, in turn
+    assert out.calibration is not None and out.calibration.user_requests == 7
+    assert CatalogCalibration.from_dict(out.calibration.to_dict()) == out.calibration
+    again = Recording()                      # the same requests: the cache answers every probe
+    write_probes(pipeline(), again, cache, n=8, min_searches=10, tail_per_search=0, user_requests=users)
+    assert not [m for m in again.prompts if m[0]["content"].startswith("# Writing a probe request")]
+    plain = Recording()                      # without them: the fixed styles, written again
+    out = write_probes(pipeline(), plain, cache, n=8, min_searches=10, tail_per_search=0)
+    writes = [m for m in plain.prompts if m[0]["content"].startswith("# Writing a probe request")]
+    assert len(writes) == 8 and all("Style:" in m[1]["content"] for m in writes)
+    assert out.calibration.user_requests == 0
+    # what is given is checked: secrets masked, repeats and blanks dropped, too many refused with the bound
+    assert user_samples(["  a  b ", "a b", "", "token sk-live-abcdefghijklmnop1234"]) == ["a b", user_samples(
+        ["token sk-live-abcdefghijklmnop1234"])[0]]
+    assert "sk-live-abcdefghijklmnop1234" not in user_samples(["token sk-live-abcdefghijklmnop1234"])[0]
+    with pytest.raises(ValueError, match=f"at most {MAX_USER_REQUESTS}"):
+        user_samples(["x"] * (MAX_USER_REQUESTS + 1))
+    f = tmp_path / "users.txt"
+    f.write_text("# our users\n\nshow my open tickets\nbook a room for friday\n")
+    assert read_user_requests(f) == ["show my open tickets", "book a room for friday"]
+    f.write_text("# nothing\n\n")
+    with pytest.raises(ValueError, match="no request in it"):
+        read_user_requests(f)
+    with pytest.raises(ValueError, match="cannot be read"):
+        read_user_requests(tmp_path / "missing.txt")
