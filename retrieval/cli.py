@@ -108,12 +108,8 @@ def cmd_index(a: argparse.Namespace) -> int:
         raise ValueError("--dry-run and --examples-cache go with --write-examples")
     if a.write_examples and a.no_examples:
         raise ValueError("--write-examples and --no-examples contradict each other: give one")
-    if (a.probes is not None or a.model is not None or a.user_requests is not None) and not a.calibrate:
-        raise ValueError("--probes, --model and --user-requests go with --calibrate")
-    if a.user_requests is not None:   # read and checked now, before anything is built
-        from .pipeline.probes import read_user_requests
-
-        a.user_requests = read_user_requests(a.user_requests)
+    if (a.probes is not None or a.model is not None) and not a.calibrate:
+        raise ValueError("--probes and --model go with --calibrate")
     if a.probes is not None and a.probes < 10:
         raise ValueError(f"--probes must be at least 10 (two searches each; 20 are needed to fit), got {a.probes}")
     if a.calibrate and a.dry_run:
@@ -161,7 +157,7 @@ def _calibrate(a: argparse.Namespace, path: Path, client) -> int:
     pipe = load_pipeline(index, a.model, public_suggestions=False)   # probes are first attempts: no no_fit
     with client:
         outcome = write_probes(pipe, client, probe_cache_beside(path), n=a.probes or DEFAULT_PROBES,
-                               show_progress=True, user_requests=a.user_requests or ())
+                               show_progress=True)
     print(outcome.format())
     if outcome.calibration is None:
         if had:
@@ -431,10 +427,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--probes", type=int, default=None, metavar="N",
                    help="with --calibrate: how many tools to probe (default 100)")
     g.add_argument("--model", type=Path, help="with --calibrate: the scorer model folder (default: the shipped one)")
-    g.add_argument("--user-requests", type=Path, metavar="FILE",
-                   help="with --calibrate: requests your users sent (one a line, up to 50, no labels); each probe is "
-                        "then written like them — their length, detail and how many things they ask at once — "
-                        "instead of in fixed styles (0.18.0; docs/day-one.md)")
     _add_backend(s)
     s.set_defaults(func=cmd_index)
 

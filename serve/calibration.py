@@ -45,8 +45,6 @@ STATE_FILE = "calibration-job.json"
 LOCK_FILE = ".calibration.lock"
 STOP_FILE = ".calibration.stop"
 CACHE_FILE = "probes-cache.jsonl"
-USERS_FILE = "user-requests.json"   # the users' requests probes are written like (POST user_requests), kept for
-#                                     the automatic runs; [] removes it
 _WRITE_EVERY_S = 1.0   # progress is written at most this often (and at each phase change)
 _LOCK_TRIES_S = 0.2    # a POST waits this long for a lock another worker only looks at (GET probes it)
 
@@ -198,28 +196,7 @@ class CalibrationJobs:
         except Exception:
             log.exception("the automatic catalog calibration (%s) could not start", trigger)
 
-    def user_requests(self) -> list[str]:
-        """The users' requests kept for this store's calibrations ([] when none)."""
-        try:
-            data = json.loads((self.root / USERS_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return []
-        return [r for r in data if isinstance(r, str)] if isinstance(data, list) else []
-
-    def keep_user_requests(self, requests: list[str]) -> None:
-        """Keep ``requests`` (already checked: ``probes.user_samples``) for this and later runs; [] forgets them."""
-        path = self.root / USERS_FILE
-        if not requests:
-            path.unlink(missing_ok=True)
-            return
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w", encoding="utf-8") as fh:
-            json.dump(requests, fh, ensure_ascii=False)
-        os.replace(tmp, path)
-
-    def start(self, engine: Engine, probes: int, trigger: str = "request",
-              user_requests: list[str] | None = None) -> dict[str, Any]:
+    def start(self, engine: Engine, probes: int, trigger: str = "request") -> dict[str, Any]:
         """Start probing the newest version through the ``TOOLRANK_LLM_*`` endpoint (its client is closed by the
         job when it ends, by this call when it raises); the job's first record.
 
@@ -232,13 +209,12 @@ class CalibrationJobs:
 
         client = llm_client()
         try:
-            return self._start(engine, client, probes, trigger, user_requests)
+            return self._start(engine, client, probes, trigger)
         except BaseException:
             client.close()
             raise
 
-    def _start(self, engine: Engine, client: Any, probes: int, trigger: str,
-               user_requests: list[str] | None = None) -> dict[str, Any]:
+    def _start(self, engine: Engine, client: Any, probes: int, trigger: str) -> dict[str, Any]:
         with self._mutex:
             if self._closing:
                 raise CalibrationRunning("this worker is stopping")
@@ -249,14 +225,11 @@ class CalibrationJobs:
                 self._clear_stop()
                 self._clean_leftovers()
                 self._stop.clear()
-                if user_requests is not None:   # kept (or forgotten: []) once nothing else runs here
-                    self.keep_user_requests(user_requests)
                 engine.refresh()   # the store's newest version, not one a poll behind
                 snap = engine.snapshot
                 job = {"state": "running", "probes": int(probes), "probed_version": snap.version,
                        "started_at": _now(), "worker": f"{socket.gethostname()}:{os.getpid()}", "trigger": trigger,
-                       "phase": "starting", "done": 0, "total": 0, "message": "probing the served catalog",
-                       "user_requests": len(self.user_requests())}
+                       "phase": "starting", "done": 0, "total": 0, "message": "probing the served catalog"}
                 self._write(job)
                 self._client = client
                 self._thread = threading.Thread(target=self._run, args=(fd, engine, snap, client, job), daemon=True,
@@ -340,8 +313,7 @@ class CalibrationJobs:
                 tools = index.tool_hashes()
                 pipeline = engine.pipeline_for(index)
                 outcome = write_probes(pipeline, client, self.root / CACHE_FILE, n=job["probes"],
-                                       progress=self._progress(job), stop=self._stopping,
-                                       user_requests=self.user_requests())
+                                       progress=self._progress(job), stop=self._stopping)
             job["message"] = outcome.format()
             if outcome.calibration is None or outcome.stopped:
                 job["state"] = "stopped" if outcome.stopped else "failed"

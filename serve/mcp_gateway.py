@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 
 import anyio
 
@@ -330,7 +330,7 @@ class Gateway:
                  policy_overrides: dict[str, Any] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, index_dir: Path | None = None,
                  learn: bool = True, tenant: str | None = None, calibrate_probes: int | None = None,
-                 audit: bool = True, calibrate_users: Sequence[str] = ()):
+                 audit: bool = True):
         from retrieval.pipeline.decision import Policy
 
         if config is None and index is None:
@@ -363,7 +363,6 @@ class Gateway:
         self._work: anyio.abc.TaskGroup | None = None
         # the catalog's own calibration (--calibrate): probes written by the LLM endpoint once the tools settle
         self.calibrate_probes = calibrate_probes
-        self.calibrate_users = list(calibrate_users)   # --user-requests: the probes written like them
         self.calibration_note: str | None = None      # what the last calibration run said
         self.calibration_runs = 0                     # calibrations given to the index
         self._calibrating = self._calibration_again = False
@@ -611,8 +610,7 @@ class Gateway:
                 self._probe_client = client
                 try:
                     outcome = write_probes(self.components.make_pipeline(probed), client, cache,
-                                           n=self.calibrate_probes, stop=self._stop_calibration.is_set,
-                                           user_requests=self.calibrate_users)
+                                           n=self.calibrate_probes, stop=self._stop_calibration.is_set)
                 finally:
                     self._probe_client = None
         self.calibration_note = outcome.format()

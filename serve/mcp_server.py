@@ -577,9 +577,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/day-one.md section 4)")
     p.add_argument("--calibrate-probes", type=int, default=100, metavar="N",
                    help="with --calibrate: how many tools to probe (default 100, at least 10)")
-    p.add_argument("--user-requests", type=Path, metavar="FILE",
-                   help="with --calibrate: requests your users sent (one a line, up to 50); the probes are written "
-                        "like them (0.18.0; docs/day-one.md section 4)")
     p.add_argument("--components", metavar="MODULE:FUNCTION", help=argparse.SUPPRESS)  # tests: fake models
     p.add_argument("-v", "--verbose", action="store_true", help="log what happens (to stderr)")
     return p
@@ -649,13 +646,6 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
             llm_client().close()
         except ValueError as exc:
             raise ValueError(f"--calibrate: {exc}") from None
-    if a.user_requests is not None and not a.calibrate:
-        raise ValueError("--user-requests goes with --calibrate")
-    users = []
-    if a.user_requests is not None:
-        from retrieval.pipeline.probes import read_user_requests
-
-        users = read_user_requests(a.user_requests)
     from .settings import GatewaySettings
 
     audit_share = GatewaySettings().audit_share
@@ -703,7 +693,7 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
                    index_dir=None if a.no_save else index_dir,
                    learn=tenant.learn_from_use if tenant is not None else True,
                    tenant=tenant.name if tenant is not None else None,
-                   audit=tenant.audit if tenant is not None else True, calibrate_users=users,
+                   audit=tenant.audit if tenant is not None else True,
                    calibrate_probes=a.calibrate_probes if a.calibrate else None)
 
 

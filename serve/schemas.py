@@ -6,7 +6,7 @@ fix; they are also what the OpenAPI document at ``/openapi.json`` shows.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -319,12 +319,6 @@ class CalibrationRequest(_Body):
     probes: int = Field(100, ge=10, le=2000, description="How many of the catalog's tools to probe (drawn uniformly; "
                                                          "a catalog of fewer tools is probed more than once per tool, "
                                                          "in other styles).")
-    user_requests: list[Annotated[str, Field(max_length=2000)]] | None = Field(
-        None, max_length=50,
-        description="Requests your users sent (no labels, up to 50): each probe is then written like five of them "
-                    "(their length, detail, how many things they ask at once) instead of in fixed styles (0.18.0). "
-                    "Kept with the store for later and automatic runs (secrets masked); [] forgets them; omitted: "
-                    "the ones kept, if any.")
 
 
 class CalibrationJob(BaseModel):
@@ -341,8 +335,6 @@ class CalibrationJob(BaseModel):
     done: int = Field(0, ge=0, description="Work of the current phase finished.")
     total: int = Field(0, ge=0, description="Work of the current phase in all.")
     probes: int | None = Field(None, description="Tools asked to probe.")
-    user_requests: int | None = Field(None, description="Users' requests the probes are written like (0: the fixed "
-                                                        "styles; 0.18.0).")
     probed_version: int | None = Field(None, description="The index version probed.")
     saved_version: int | None = Field(None, description="The index version that carries the new calibration.")
     started_at: str | None = Field(None, description="UTC, ISO 8601.")

@@ -74,9 +74,6 @@ TAIL_PRIOR_SD = 3.0   # the tail shift's prior (logits): a factor of about 20 ei
 TAIL_EVIDENCE = 0.001  # the tail's level moves only where the shipped level explains its judged fits worse
 TAIL_SHIFT_MAX = 12.0
 STOPPED = "stopped on request"
-MAX_USER_REQUESTS = 50   # requests a catalog's users sent, given to style its probes (0.18.0); more are refused
-USER_REQUESTS_SHOWN = 5  # of them, shown with each tool (in turn)
-USER_REQUEST_CHARS = 500
 
 
 @dataclass(frozen=True)
@@ -97,7 +94,6 @@ class CatalogCalibration:
     tail_judged: int = 0
     tail_fits: int = 0
     tail_waiting: int = 0   # candidates past the head the endpoint has not judged yet: calibrated again later
-    user_requests: int = 0  # requests of the catalog's users its probes were written like (0.18.0; 0: none)
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.a) and np.isfinite(self.b) and 0 < self.a <= 20 and abs(self.b) <= 20):
@@ -136,8 +132,7 @@ class CatalogCalibration:
         try:
             return cls(float(data["a"]), float(data["b"]), int(data["searches"]), int(data["fits"]),
                        float(data["mean_best"]), str(data.get("model", "")), float(data.get("tail_shift", 0.0)),
-                       int(data.get("tail_judged", 0)), int(data.get("tail_fits", 0)), int(data.get("tail_waiting", 0)),
-                       int(data.get("user_requests", 0)))
+                       int(data.get("tail_judged", 0)), int(data.get("tail_fits", 0)), int(data.get("tail_waiting", 0)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"a catalog calibration lacks {exc}") from None
 
@@ -256,14 +251,13 @@ class ProbeOutcome:
 
 
 def _cache_key(row: dict) -> tuple:
-    """A cache row's key: a written probe ``("probe", server, tool, tool hash, k, users)`` (``users``: the digest of
-    the user requests it was written like, "" for none) or a judgment
+    """A cache row's key: a written probe ``("probe", server, tool, tool hash, k)`` or a judgment
     ``("judgment", request, server, tool, tool hash)``; KeyError/TypeError/ValueError for anything else."""
     kind = row["kind"]
     if kind == "probe":
         if "skipped" not in row and not (isinstance(row["request"], str) and isinstance(row["need"], str)):
             raise TypeError("request")
-        return "probe", row["server"], row["tool"], row["hash"], int(row["k"]), str(row.get("users", ""))
+        return "probe", row["server"], row["tool"], row["hash"], int(row["k"])
     if kind == "judgment":
         if "skipped" not in row:
             float(row["p_yes"])
@@ -284,13 +278,8 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
                  seed: int = 0, concurrency: int = 4, attempts: int = 3, show_progress: bool = False,
                  temperature: float = 0.7, min_searches: int = MIN_PROBES,
                  progress: Callable[[str, int, int], None] | None = None,
-                 stop: Callable[[], bool] | None = None, tail_per_search: int = TAIL_PER_SEARCH,
-                 user_requests: Sequence[str] = ()) -> ProbeOutcome:
+                 stop: Callable[[], bool] | None = None, tail_per_search: int = TAIL_PER_SEARCH) -> ProbeOutcome:
     """Write, search and judge probes for ``pipeline``'s catalog, and fit its calibration.
-
-    ``user_requests`` (0.18.0): requests the catalog's users sent (no labels), at most ``MAX_USER_REQUESTS``;
-    each probe is then written like five of them (in turn: their length, detail, tone, how many things they ask
-    at once) instead of in one of the fixed styles (:func:`user_samples`).
 
     The cache (``cache``, appended as each reply comes) holds only what the endpoint wrote: each probe's request
     and need (keyed by the tool's content, so a changed tool is written again) and each judgment (keyed by the
@@ -317,12 +306,9 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
         raise
     have = _read_cache(cache)
 
-    users = user_samples(user_requests)
-    digest = hashlib.sha256("\n".join(users).encode()).hexdigest()[:16] if users else ""
-
     def probe_key(job: tuple[int, Tool, int]) -> tuple:
         _, tool, k = job
-        return "probe", tool.server, tool.name, bare_hash(tool), k, digest
+        return "probe", tool.server, tool.name, bare_hash(tool), k
 
     todo = [(i, t, k) for i, (t, k) in enumerate(jobs) if probe_key((i, t, k)) not in have]
 
@@ -333,18 +319,12 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     def write(job: tuple[int, Tool, int]) -> list[dict]:
         stopping()
         i, tool, k = job
-        row = {"kind": "probe", "server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "k": k,
-               **({"users": digest} if digest else {})}
+        row = {"kind": "probe", "server": tool.server, "tool": tool.name, "hash": bare_hash(tool), "k": k}
         siblings = [s for s in catalog.server_tools(tool.server) if s.id != tool.id][:20]
-        if users:
-            shown = [users[(i + k + j) % len(users)] for j in range(min(USER_REQUESTS_SHOWN, len(users)))]
-            prompt = messages("probes_styled", tool=tool_text(tool), siblings=tool_list(siblings),
-                              user_requests="\n".join(f"- {u}" for u in shown))
-        else:
-            prompt = messages("probes", tool=tool_text(tool), siblings=tool_list(siblings),
-                              style=STYLES[(i + k) % len(STYLES)])
         try:
-            request = ask(client, prompt, _field("request"), temperature=temperature, attempts=attempts)
+            request = ask(client, messages("probes", tool=tool_text(tool), siblings=tool_list(siblings),
+                                            style=STYLES[(i + k) % len(STYLES)]), _field("request"),
+                          temperature=temperature, attempts=attempts)
             need = ask(client, messages("needs", request=request, voice=VOICES[(i // len(STYLES)) % len(VOICES)]),
                        _field("need"), temperature=temperature, attempts=attempts)
         except ContentError as exc:   # this tool's replies are unusable: recorded, not asked again
@@ -432,8 +412,6 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
     # on it would lean up; none until the rest are judged
     stopped = error == STOPPED
     cal = fit_probes(searches, pipeline.model_key, min_searches) if not (waiting or stopped) else None
-    if cal is not None and users:
-        cal = replace(cal, user_requests=len(users))
     tail_waiting = len(pending)
     if cal is not None and tail_waiting:   # a tail half judged keeps the shipped level, and is asked for again
         cal = replace(cal, tail_waiting=tail_waiting)
@@ -442,48 +420,6 @@ def write_probes(pipeline: "Pipeline", client: ChatClient | None, cache: str | P
                       tail_fits=sum(1 for t in tail if t[2]))
     return ProbeOutcome(cal, written, len(jobs) - len(todo), len(searches), skipped + len(unusable),
                         None if stopped else error, max(int(min_searches), 1), waiting, stopped, tail_waiting)
-
-
-def user_samples(requests: Sequence[str]) -> list[str]:
-    """The users' requests a catalog's probes are written like: stripped, secrets masked, each clipped to
-    ``USER_REQUEST_CHARS``, empty and repeated ones dropped, in the order given.
-
-    Raises:
-        ValueError: more than ``MAX_USER_REQUESTS``, or one that is not text.
-    """
-    from retrieval.redaction import redact_secrets
-
-    requests = list(requests or ())
-    if len(requests) > MAX_USER_REQUESTS:
-        raise ValueError(f"{len(requests)} user requests: give at most {MAX_USER_REQUESTS} (five are shown with "
-                         "each tool, in turn)")
-    out: list[str] = []
-    for r in requests:
-        if not isinstance(r, str):
-            raise ValueError(f"a user request must be text, got {type(r).__name__}")
-        text = " ".join(redact_secrets(r).split())[:USER_REQUEST_CHARS]
-        if text and text not in out:
-            out.append(text)
-    return out
-
-
-def read_user_requests(path: str | Path) -> list[str]:
-    """A file of users' requests, one a line (blank lines and lines starting with ``#`` skipped).
-
-    Raises:
-        ValueError: unreadable, empty, or more than ``MAX_USER_REQUESTS`` (the message names the file).
-    """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"--user-requests {path}: cannot be read ({exc})") from None
-    found = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    if not found:
-        raise ValueError(f"--user-requests {path}: no request in it (one request a line)")
-    try:
-        return user_samples(found)
-    except ValueError as exc:
-        raise ValueError(f"--user-requests {path}: {exc}") from None
 
 
 def tail_candidates(pipeline: "Pipeline", request: str, need: str | None, m: int = TAIL_PER_SEARCH,

@@ -58,17 +58,7 @@ async def start_calibration(state: AppState, tenant: AdminTenant, engine: Servin
                             response: Response, body: CalibrationRequest | None = None) -> CalibrationJob:
     jobs = _jobs(state, engine)
     try:
-        body = body or CalibrationRequest()
-        if body.user_requests is not None:   # checked and kept before the job starts: it reads them
-            from retrieval.pipeline.probes import user_samples
-
-            try:
-                users = user_samples(body.user_requests)
-            except ValueError as exc:
-                raise ServiceError(422, "invalid_user_requests", str(exc)) from None
-        else:
-            users = None
-        job = await write_to_store(jobs.start, engine, body.probes, "request", users, what="the calibration")
+        job = await write_to_store(jobs.start, engine, (body or CalibrationRequest()).probes, what="the calibration")
     except CalibrationRunning as exc:
         raise ServiceError(409, "calibration_running", f"{exc}; GET /v1/calibration says how it goes") from None
     except GenerationError as exc:   # no endpoint configured (TOOLRANK_LLM_*)

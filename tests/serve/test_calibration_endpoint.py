@@ -454,38 +454,3 @@ def test_a_calibration_whose_tail_awaits_judgments_is_run_again_at_start(tmp_pat
     finally:
         client.app.state.toolrank.calibration_jobs.wait(30)
         client.__exit__(None, None, None)
-
-
-def test_a_calibration_writes_its_probes_like_the_users_requests_given_and_keeps_them(service, monkeypatch):
-    class Recording(ProbeClient):
-        def __init__(self):
-            super().__init__()
-            self.users_shown = 0
-
-        def chat(self, messages, temperature=0.0):
-            if "Requests this catalog's users sent" in messages[-1]["content"]:
-                self.users_shown += 1
-            return super().chat(messages, temperature)
-
-    users = ["show me every open ticket assigned to me", "close the ticket about the login page, token sk-live-abcdefghijklmnop1234"]
-    fake = Recording()
-    use(monkeypatch, fake)
-    r = service.post("/v1/calibration", json={"probes": 10, "user_requests": users}, headers=key("ops"))
-    assert r.status_code == 202, r.text
-    assert r.json()["user_requests"] == 2
-    body = wait_done(service)
-    assert body["state"] == "done" and body["calibration"]["user_requests"] == 2 and fake.users_shown >= 10
-    kept = service.app.state.toolrank.calibration_jobs.root / "user-requests.json"
-    assert "sk-live" not in kept.read_text() and (kept.stat().st_mode & 0o777) == 0o600
-    # a later run without them keeps them; [] forgets them (and the file goes)
-    use(monkeypatch, ProbeClient())
-    assert service.post("/v1/calibration", json={"probes": 10}, headers=key("ops")).json()["user_requests"] == 2
-    wait_done(service)
-    assert service.post("/v1/calibration", json={"probes": 10, "user_requests": []},
-                        headers=key("ops")).json()["user_requests"] == 0
-    wait_done(service)
-    assert not kept.exists()
-    too_many = service.post("/v1/calibration", json={"user_requests": ["x"] * 51}, headers=key("ops"))
-    assert too_many.status_code == 422
-    not_text = service.post("/v1/calibration", json={"user_requests": [3]}, headers=key("ops"))
-    assert not_text.status_code == 422

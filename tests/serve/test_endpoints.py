@@ -166,8 +166,7 @@ def test_readiness_shows_admins_the_catalog_calibration(make_client, monkeypatch
     c = make_client(FakePipeline(FakeIndex(demo_catalog())))
     shown = c.get("/readyz", headers=auth("ops")).json()["catalog_calibration"]
     assert shown == {"kind": "probe_platt", "a": 1.1, "b": 0.8, "searches": 200, "fits": 170, "mean_best": 0.7,
-                     "model": "m@1/toolrank-x", "tail_shift": 0.0, "tail_judged": 0, "tail_fits": 0, "tail_waiting": 0,
-                     "user_requests": 0}
+                     "model": "m@1/toolrank-x", "tail_shift": 0.0, "tail_judged": 0, "tail_fits": 0, "tail_waiting": 0}
     assert c.get("/readyz", headers=auth("acme")).json()["catalog_calibration"] is None   # a tenant's key
 
 
