@@ -144,8 +144,9 @@ def _request_texts(ids: set[str], which: str) -> dict[str, str]:
 
 def restyle(source: Path, out: Path, n_user: int, seed: int, n_batches: int, which: str) -> int:
     """The same tools to probe as ``source`` (its items.jsonl), each card carrying ``n_user`` requests the kind's
-    real users sent (drawn from the rows its ECE is read on; their ids go to ``user_samples.json`` and ``check``
-    leaves them out): what ``toolrank index --calibrate --user-requests FILE`` gives its writer."""
+    real users sent (drawn from the rows its ECE is read on; their ids go to ``user_samples.json`` and
+    ``styled-check`` leaves them out), for writers briefed with ``data/probes/brief_write_styled.md`` (0.18.0's
+    experiment: probes written like a catalog's users; not adopted, ``results/styled_probes.md``)."""
     from retrieval.jsonl import read_jsonl, write_jsonl
 
     items = [r for _, r in read_jsonl(source / "items.jsonl")]
@@ -295,6 +296,82 @@ def mine(folder: Path, n_batches: int, seed: int) -> int:
     items = write_judge_batches(rows, {p["id"]: p["request"] for p in load_probes(folder)}, folder, n_batches, seed)
     print(f"{len(items)} probes, {sum(len(o['candidates']) for o in items)} candidates -> {folder}/judge_items.jsonl, "
           f"{n_batches} judge batches")
+    return 0
+
+
+def mine_first(folder: Path, n_batches: int, seed: int) -> int:
+    """The judge's items for the map alone: each answerable probe search whose first tool is not the probe's own,
+    with that tool only (what ``toolrank index --calibrate`` judges)."""
+    from benchmarks.judged_flow import write_judge_batches
+
+    rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
+    keep = [dict(r, tools1=r["tools1"][:1]) for r in rows if r["answerable"] and not r.get("right1") and r.get("tools1")]
+    items = write_judge_batches(keep, {p["id"]: p["request"] for p in load_probes(folder)}, folder, n_batches, seed)
+    print(f"{len(keep)} searches, {len(items)} probes, {sum(len(o['candidates']) for o in items)} first tools -> "
+          f"{folder}/judge_items.jsonl, {n_batches} judge batches")
+    return 0
+
+
+def styled_check(folder: Path, which: str, out: Path) -> int:
+    """The map ``toolrank index --calibrate`` fits on the restyled probes (judged: ``judged_0*.jsonl`` of
+    ``mine --first-only``) against the fixed styles' map, both read on the kind's real requests less the ones
+    shown to the writers (``user_samples.json``)."""
+    import tempfile
+
+    from benchmarks.catalog_calibration import first_fits, load_fits
+    from retrieval.evaluation.stats import ece
+    from retrieval.pipeline.probes import fit_probes
+    from retrieval.pipeline.recalibration import platt
+
+    res, judged_flow = ROOT / "benchmarks" / "results", ROOT / "benchmarks" / "results" / "judged_flow"
+    if which == "fit":
+        items, judged = [judged_flow / "fit" / "items.jsonl"], sorted((judged_flow / "fit").glob("judged_0*.jsonl"))
+        rows = json.loads((res / "agent_flow_fit.json").read_text())["rows"]
+        old = json.loads((res / "catalog_probes_fit.json").read_text())["table"]
+    else:
+        from benchmarks.wide_calibration import flow_file
+
+        items = [judged_flow / "report" / "items.jsonl", judged_flow / "wide" / "items.jsonl"]
+        judged = sorted((judged_flow / "report").glob("judged_0*.jsonl")) + \
+            sorted((judged_flow / "wide").glob("judged_0*.jsonl"))
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = json.loads(flow_file(res / "wide_calibration_rows.json", Path(tmp) / "f.json").read_text())["rows"]
+        old = json.loads((res / "wide_calibration.json").read_text())["table"]
+    fits = load_fits(items, judged)
+    shown = {i for v in json.loads((folder / USER_SAMPLES).read_text())["ids"].values() for i in v}
+    probe_rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
+    probe_judged = sorted(folder.glob("judged_0*.jsonl"))
+    probe_fits = load_fits([folder / "judge_items.jsonl"], probe_judged) if probe_judged else None
+    table, lines = {}, ["| catalog | mode | n | first tool fits | shipped | fixed styles: probes fit / ECE | "
+                        "users' style: probes fit / ECE |", "|---|---|---:|---:|---:|---|---|"]
+    for kind in sorted({r["catalog"] for r in probe_rows}):
+        probes = [r for r in probe_rows if r["catalog"] == kind and r["answerable"] and r["mode"] in MODES]
+        py = [first_fits(r, probe_fits) for r in probes]
+        styled = fit_probes([(r["best1"], bool(v)) for r, v in zip(probes, py)], "benchmark", min_searches=1)
+        a0, b0 = old[kind]["need"]["params"]["pooled_platt"]
+        for mode in MODES:
+            real = [r for r in rows if r["catalog"] == kind and r.get("mode") == mode and r.get("answerable")
+                    and r["id"] not in shown and (r.get("right1") or fits(r) is not None)]
+            p = np.array([r["best1"] for r in real])
+            y = np.array([first_fits(r, fits) for r in real], dtype=float)
+            mine = [v for r, v in zip(probes, py) if r["mode"] == mode]
+            cell = {"n": len(p), "fits": float(y.mean()), "shipped": float(ece(p, y)),
+                    "fixed_probe_fits": old[kind][mode]["probe_fit_rate"], "fixed": float(ece(platt(p, a0, b0), y)),
+                    "styled_probe_fits": float(np.mean(mine)), "styled": float(ece(styled.apply(p), y)),
+                    "styled_map": [styled.a, styled.b]}
+            table[f"{kind}/{mode}"] = cell
+            lines.append(f"| {kind} | {mode} | {cell['n']} | {cell['fits']:.0%} | {cell['shipped']:.3f} | "
+                         f"{cell['fixed_probe_fits']:.0%} / {cell['fixed']:.3f} | "
+                         f"{cell['styled_probe_fits']:.0%} / {cell['styled']:.3f} |")
+    for mode in MODES:
+        for name in ("shipped", "fixed", "styled"):
+            v = [c[name] for k, c in table.items() if k.endswith("/" + mode)]
+            lines.append(f"\n{mode}, {name}: mean ECE {np.mean(v):.3f}, {sum(x <= 0.05 for x in v)} of {len(v)} cells "
+                         "at or under 0.05")
+    text = "\n".join(lines)
+    print(text)
+    write_result(out, {"set": which, "table": table}, indent=1)
+    out.with_suffix(".md").write_text(text + "\n\n" + stamp_line() + "\n", encoding="utf-8")
     return 0
 
 
@@ -454,8 +531,14 @@ def main(argv: list[str] | None = None) -> int:
                         "into INDEX_DIR once; benchmarks/generated_examples.py); writes probe_flow_written.json")
     m = sub.add_parser("mine", help="the judge's items and batches for the probes' first tools")
     m.add_argument("--probes", type=Path, required=True)
+    m.add_argument("--first-only", action="store_true",
+                   help="only the answerable searches' first tools that are not the probe's own (what the map reads)")
     m.add_argument("--batches", type=int, default=6)
     m.add_argument("--seed", type=int, default=0)
+    sc = sub.add_parser("styled-check", help="the restyled probes' map against the fixed styles', on real requests")
+    sc.add_argument("--probes", type=Path, required=True)
+    sc.add_argument("--set", choices=("report", "fit"), default="report")
+    sc.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("check", help="maps fitted on the probes, read on the real requests")
     c.add_argument("--probe-judged", type=Path, nargs="*", default=[],
                    help="the judge's answers on the probes (judge_items.jsonl of `mine`)")
@@ -480,7 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "run":
         return run(a.probes, a.seed, a.threads, a.model, a.written_examples)
     if a.cmd == "mine":
-        return mine(a.probes, a.batches, a.seed)
+        return mine_first(a.probes, a.batches, a.seed) if a.first_only else mine(a.probes, a.batches, a.seed)
+    if a.cmd == "styled-check":
+        return styled_check(a.probes, a.set, a.out)
     return check(a.probes, a.report, a.judged_items, a.judged, a.safe, a.proceed, a.out, a.probe_judged,
                  a.probe_flow, a.probe_judged_items)
 
