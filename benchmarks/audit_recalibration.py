@@ -45,9 +45,10 @@ AUDITS = (25, 50, 100)
 FOLDS = 5
 
 
-def _rows(which: str) -> tuple[dict[tuple[str, str], tuple[np.ndarray, np.ndarray]], dict[str, tuple[float, float]]]:
-    """Per (kind, mode): the answerable first searches' best probabilities and whether the first tool fits; per
-    kind: its probes' map (a, b)."""
+def _rows(which: str, twins: bool = False) -> tuple[dict[tuple[str, str], tuple[np.ndarray, np.ndarray]],
+                                                    dict[str, tuple[float, float]]]:
+    """Per (kind, mode): the answerable first searches' best probabilities and whether the first tool fits (with
+    ``twins``: their no-fit twins' instead, the flow's own, every first tool judged); per kind: its probes' map."""
     from benchmarks.catalog_calibration import first_fits, load_fits
 
     if which == "fit":
@@ -63,10 +64,13 @@ def _rows(which: str) -> tuple[dict[tuple[str, str], tuple[np.ndarray, np.ndarra
             flow = flow_file(RESULTS / "wide_calibration_rows.json", Path(tmp) / "flow.json", with_report=True)
             rows = json.loads(flow.read_text())["rows"]
         table = json.loads((RESULTS / "wide_calibration.json").read_text())["table"]
+    if twins:   # the flow's own twins (agent_flow_*.json): a judge read every first tool
+        flow = "agent_flow_fit.json" if which == "fit" else "agent_flow_report.json"
+        rows = [r for r in json.loads((RESULTS / flow).read_text())["rows"] if not r.get("answerable")]
     fits = load_fits(items, judged)
     out: dict[tuple[str, str], tuple[list, list]] = {}
     for r in rows:
-        if not r.get("answerable") or r.get("mode") not in MODES or r.get("best1") is None:
+        if bool(r.get("answerable")) == twins or r.get("mode") not in MODES or r.get("best1") is None:
             continue
         if not (r.get("right1") or fits(r) is not None):   # neither labelled nor read by a judge
             continue
@@ -79,7 +83,8 @@ def _rows(which: str) -> tuple[dict[tuple[str, str], tuple[np.ndarray, np.ndarra
 
 def cross_fitted(p: np.ndarray, y: np.ndarray, prior: tuple[float, float], k: int, pull: float,
                  rng: np.random.Generator) -> np.ndarray:
-    """Every row's probability through a map fitted on ``k`` audits drawn outside its fold."""
+    """Every row's probability through a map fitted on ``k`` audits drawn outside its fold (the rows: the
+    tenant's traffic, no-fit requests included when given)."""
     from retrieval.pipeline.recalibration import fit_audit_recalibration
 
     order = rng.permutation(len(p))
@@ -93,7 +98,19 @@ def cross_fitted(p: np.ndarray, y: np.ndarray, prior: tuple[float, float], k: in
     return q
 
 
-def measure(data, maps, pulls, audits, repeats: int, seed: int) -> dict:
+def traffic(p: np.ndarray, y: np.ndarray, twins: tuple[np.ndarray, np.ndarray] | None, share: float,
+            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The answerable rows with no-fit twins drawn (with replacement) to make ``share`` of the traffic; and which
+    rows are answerable."""
+    if twins is None or share <= 0:
+        return p, y, np.ones(len(p), dtype=bool)
+    m = int(round(share / (1 - share) * len(p)))
+    pick = rng.integers(0, len(twins[0]), size=m)
+    return (np.concatenate([p, twins[0][pick]]), np.concatenate([y, twins[1][pick]]),
+            np.concatenate([np.ones(len(p), dtype=bool), np.zeros(m, dtype=bool)]))
+
+
+def measure(data, maps, pulls, audits, repeats: int, seed: int, twins: dict | None = None, share: float = 0.0) -> dict:
     from retrieval.evaluation.stats import ece, ece_floor
     from retrieval.pipeline.recalibration import platt
 
@@ -103,14 +120,23 @@ def measure(data, maps, pulls, audits, repeats: int, seed: int) -> dict:
         mapped = platt(p, a0, b0)
         cell = {"n": int(len(p)), "fits": float(y.mean()), "shipped": float(ece(p, y)), "catalog_map": float(ece(mapped, y)),
                 "floor": float(ece_floor(mapped, draws=300, seed=seed)["median"]), "audits": {}}
+        pair = (twins or {}).get((kind, mode))
+        if share > 0 and pair is not None:
+            cell["twins"] = int(len(pair[0]))
         for pull in pulls:
             for k in audits:
                 if k > 0.8 * len(p):
                     continue
                 rng = np.random.default_rng([seed, k, int(pull * 100)])
-                reads = [float(ece(cross_fitted(p, y, (a0, b0), k, pull, rng), y)) for _ in range(repeats)]
+                reads, whole = [], []
+                for _ in range(repeats):
+                    tp, ty, answerable = traffic(p, y, pair, share, rng)
+                    q = cross_fitted(tp, ty, (a0, b0), k, pull, rng)
+                    reads.append(float(ece(q[answerable], ty[answerable])))
+                    whole.append(float(ece(q, ty)))
                 cell["audits"][f"{pull:g}:{k}"] = {"median": float(np.median(reads)),
-                                                   "p90": float(np.percentile(reads, 90))}
+                                                   "p90": float(np.percentile(reads, 90)),
+                                                   "traffic_median": float(np.median(whole))}
         out[f"{kind}/{mode}"] = cell
         print(f"  {kind} {mode}: n {len(p)}, catalog map {cell['catalog_map']:.3f}, "
               + ", ".join(f"{key} {v['median']:.3f}" for key, v in cell["audits"].items()), file=sys.stderr, flush=True)
@@ -131,31 +157,46 @@ def table(cells: dict, pull: float, audits) -> str:
         reads = [c["audits"].get(f"{pull:g}:{k}") for k in audits]
         rows.append([kind, mode, str(c["n"]), f"{c['fits']:.0%}", f"{c['floor']:.3f}", f"{c['shipped']:.3f}",
                      f"{c['catalog_map']:.3f}",
-                     *[f"{r['median']:.3f} ({r['p90']:.3f})" if r else "–" for r in reads]])
+                     *[(f"{r['median']:.3f} ({r['p90']:.3f})" + (f"; all {r['traffic_median']:.3f}" if "twins" in c else ""))
+                       if r else "–" for r in reads]])
+    what = "median (90th pct)" + ("; all traffic" if any("twins" in c for c in cells.values()) else "")
     return markdown_table(["catalog", "mode", "n", "first tool fits", "calibrated reads", "shipped", "catalog's map",
-                           *[f"{k} audits: median (90th pct)" for k in audits]], rows)
+                           *[f"{k} audits: {what}" for k in audits]], rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--nofit-share", type=float, default=0.0,
+                    help="the share of the tenant's traffic that no tool fits (the flow's judged no-fit twins, drawn "
+                         "with replacement): audits are drawn from all of it; the table reads the answerable rows "
+                         "(issue 34's reading) and the whole traffic")
     ap.add_argument("--out", type=Path, default=RESULTS / "audit_recalibration.json")
     a = ap.parse_args(argv)
     if a.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if not 0.0 <= a.nofit_share < 1.0:
+        ap.error("--nofit-share must be within [0, 1)")
     from retrieval.pipeline.recalibration import AUDIT_PULL
 
     print("fit rows (the pull is chosen here)", file=sys.stderr)
     fit_data, fit_maps = _rows("fit")
-    fit = measure(fit_data, fit_maps, PULLS, (50,), a.repeats, a.seed)
+    fit_twins = _rows("fit", twins=True)[0] if a.nofit_share > 0 else None
+    fit = measure(fit_data, fit_maps, PULLS, (50,), a.repeats, a.seed, fit_twins, a.nofit_share)
     pull = choose_pull(fit, PULLS)
     print("held-out rows (read with the chosen pull)", file=sys.stderr)
     report_data, report_maps = _rows("report")
-    report = measure(report_data, report_maps, (pull,), AUDITS, a.repeats, a.seed)
+    twins = _rows("report", twins=True)[0] if a.nofit_share > 0 else None
+    report = measure(report_data, report_maps, (pull,), AUDITS, a.repeats, a.seed, twins, a.nofit_share)
     means = ", ".join(f"{p:g}: {np.mean([c['audits'][f'{p:g}:50']['median'] for c in fit.values()]):.3f}"
                       for p in PULLS)
+    traffic_note = (f"the tenant's traffic: answerable requests and {a.nofit_share:.0%} no-fit requests (the flow's "
+                    "judged twins, drawn with replacement); audits are drawn from all of it, the ECE is read on the "
+                    "answerable requests (issue 34's reading) and, after 'all', on the whole traffic"
+                    if a.nofit_share > 0 else "the tenant's traffic: answerable requests only")
     lines = [f"# Recalibration from audits (ECE of the best probability, cross-fitted; {a.repeats} draws)", "",
+             traffic_note, "",
              f"pull towards the catalog's map chosen on the fit rows at 50 audits: **{pull:g}** (mean ECE {means}); "
              f"shipped `AUDIT_PULL` = {AUDIT_PULL:g}", "",
              "## Fit catalogs (where the pull was chosen)", "", table(fit, pull, (50,)), "",
@@ -166,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print(text)
     write_result(a.out, {"pull": pull, "pulls": list(PULLS), "audits": list(AUDITS), "repeats": a.repeats,
+                         "nofit_share": a.nofit_share,
                          "fit": fit, "report": report}, indent=1)
     a.out.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
     return 0

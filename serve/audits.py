@@ -4,7 +4,9 @@ A recalibration learnt from feedback sees only what the agent chose to call — 
 first tool called whether it fits or not, a request no tool fits is seen only when it proceeds — and on the
 held-out catalogs that bias made it worse on three of seven kinds (``benchmarks/use_recalibration.py
 --biased``): it stays off by default. An audit is drawn **before** the outcome, from the request id alone
-(``TOOLRANK_AUDIT_SHARE`` of the searches, at most ``TOOLRANK_AUDIT_DAILY_MAX`` a tenant per day and worker),
+(``TOOLRANK_AUDIT_SHARE`` of the searches, keyed with a secret of the deployment so a client cannot choose which;
+at most ``TOOLRANK_AUDIT_DAILY_MAX`` a tenant per day and worker, paced over the day so the sample stays
+spread over it),
 and asks the endpoint the calibration target's own question — would the first tool, called with suitable
 arguments, itself do what the user asked (``probe_judge``, the prompt a catalog's calibration judges with) —
 in the background, after the answer went out. Only the verdict is kept (``audits.jsonl`` in the tenant's usage
@@ -22,16 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import queue
+import secrets
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from retrieval.catalog.model import Tool
 from retrieval.redaction import redact_secrets
 
-__all__ = ["Auditor", "drawn", "check_endpoint", "recalibration_args", "AUDIT_QUEUE"]
+__all__ = ["Auditor", "drawn", "check_endpoint", "recalibration_args", "audit_salt", "AUDIT_QUEUE"]
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +44,35 @@ AUDIT_QUEUE = 256       # audits waiting for the endpoint at most; more are drop
 FITS_AT = 0.5           # the judge's probability at or over which the first tool fits (as for probes)
 
 
-def drawn(tenant: str, request_id: str | None, share: float) -> bool:
-    """Whether this search is audited: a hash of the tenant and the request id under ``share`` — decided before
-    anything about the search is known, so the audited searches are a uniform sample of the tenant's."""
+def drawn(tenant: str, request_id: str | None, share: float, salt: bytes = b"") -> bool:
+    """Whether this search is audited: a keyed hash of the tenant and the request id under ``share`` — decided
+    before anything about the search is known, so the audited searches are a uniform sample of the tenant's
+    (``salt``: the deployment's secret, :func:`audit_salt`; a client that sets its request ids cannot tell
+    which are drawn)."""
     if not request_id or share <= 0.0:
         return False
     if share >= 1.0:
         return True
-    h = hashlib.sha256(f"audit\0{tenant}\0{request_id}".encode()).digest()
-    return int.from_bytes(h[:8], "big") / 2.0 ** 64 < share
+    h = hashlib.blake2b(f"{tenant}\0{request_id}".encode(), key=salt[:64], digest_size=8, person=b"toolrank-audit").digest()
+    return int.from_bytes(h, "big") / 2.0 ** 64 < share
+
+
+def audit_salt(root: str | Path) -> bytes:
+    """The deployment's audit secret, made once in the usage root (0600) and shared by every worker on it."""
+    path = Path(root) / "audit-salt"
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        pass
+    Path(root).mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:   # another worker made it meanwhile
+        time.sleep(0.05)
+        return bytes.fromhex(path.read_text().strip())
+    with open(fd, "w") as fh:
+        fh.write(secrets.token_hex(32))
+    return bytes.fromhex(path.read_text().strip())
 
 
 def recalibration_args(settings: Any, tenant: Any, pipeline: Any) -> dict[str, Any] | None:
@@ -59,7 +84,7 @@ def recalibration_args(settings: Any, tenant: Any, pipeline: Any) -> dict[str, A
         return None
     cal = getattr(pipeline, "catalog_calibration", None)
     prior = (float(cal.a), float(cal.b)) if cal is not None else None
-    return {"feedback": feedback, "audits": audits, "prior": prior}
+    return {"feedback": feedback, "audits": audits, "prior": prior, "model": getattr(pipeline, "model_key", None)}
 
 
 def check_endpoint(share: float) -> None:
@@ -81,14 +106,18 @@ class _Job:
     tool: Tool
     raw_best: float
     version: Any
+    model: str | None = None
 
 
 class Auditor:
     """Judges drawn searches' first tools in one background thread, through a client from ``client_factory``
-    (made on first use, closed by :meth:`close`); verdicts go to ``book.tenant(t).record_audit``."""
+    (made on first use, closed by :meth:`close`); verdicts go to ``book.tenant(t).record_audit``.
+
+    The daily maximum is a token bucket per tenant, refilled at ``daily_max`` a day with at most an hour's worth
+    held (at least one): a busy tenant's audits are spread over the day, not spent in its first hour."""
 
     def __init__(self, book: Any, share: float, daily_max: int, client_factory: Callable[[], Any] | None = None,
-                 *, queue_max: int = AUDIT_QUEUE, attempts: int = 2):
+                 *, queue_max: int = AUDIT_QUEUE, attempts: int = 2, salt: bytes | None = None):
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"the audit share must be within [0, 1], got {share}")
         if client_factory is None:
@@ -96,21 +125,45 @@ class Auditor:
 
             client_factory = llm_client
         self.book, self.share, self.daily_max = book, float(share), int(daily_max)
+        self.salt = salt if salt is not None else audit_salt(book.root)
         self._factory, self._client, self.attempts = client_factory, None, attempts
         self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_max)
         self._lock = threading.Lock()
-        self._days: dict[tuple[str, str], int] = {}
+        self._rate = self.daily_max / 86_400.0
+        self._burst = max(1.0, self.daily_max / 24.0)
+        self._buckets: dict[str, tuple[float, float]] = {}   # tenant -> (tokens, when: monotonic s)
         self.counts = {"queued": 0, "judged": 0, "dropped": 0, "over_daily": 0, "failed": 0}
         self._thread: threading.Thread | None = None
         self._closed = False
 
+    def _take(self, tenant: str) -> bool:
+        """One audit from the tenant's bucket (call under the lock)."""
+        now = time.monotonic()
+        tokens, when = self._buckets.get(tenant, (self._burst, now))
+        tokens = min(self._burst, tokens + (now - when) * self._rate)
+        if tokens < 1.0:
+            self._buckets[tenant] = (tokens, now)
+            return False
+        self._buckets[tenant] = (tokens - 1.0, now)
+        if len(self._buckets) > 100_000:   # a bound on tenants remembered; a forgotten one starts full again
+            self._buckets.pop(next(iter(self._buckets)))
+        return True
+
     def offer(self, tenant: Any, request_id: str | None, request: str, result: Any, catalog: Any,
-              version: Any = None) -> bool:
-        """Queue an audit of ``result``'s first tool when this search is drawn (never blocks; True when queued).
-        Not audited: a tenant that opted out, an answer without tools, a first tool a shortcut put there (its
-        number is a policy floor, not a probability)."""
+              version: Any = None, model: str | None = None) -> bool:
+        """Queue an audit of ``result``'s first tool when this search is drawn (never blocks, never raises; True
+        when queued). Not audited: a tenant that opted out, an answer without tools, a first tool a shortcut put
+        there (its number is a policy floor, not a probability)."""
+        try:
+            return self._offer(tenant, request_id, request, result, catalog, version, model)
+        except Exception:   # an audit must never fail the search it would have judged
+            log.warning("a search could not be queued for an audit", exc_info=True)
+            return False
+
+    def _offer(self, tenant: Any, request_id: str | None, request: str, result: Any, catalog: Any,
+               version: Any, model: str | None) -> bool:
         name = getattr(tenant, "name", tenant)
-        if self._closed or not getattr(tenant, "audit", True) or not drawn(name, request_id, self.share):
+        if not getattr(tenant, "audit", True) or not drawn(name, request_id, self.share, self.salt):
             return False
         raw = getattr(result, "raw_best", None)
         tools = getattr(result, "tools", None) or []
@@ -120,20 +173,18 @@ class Auditor:
         tool = catalog.get(first.tool_id) if catalog is not None else None
         if tool is None or getattr(first, "source", "ranked") in ("exact_name", "always_available"):
             return False
-        day = time.strftime("%Y-%m-%d", time.gmtime())
+        job = _Job(name, str(request_id), redact_secrets(request), tool, float(raw), version, model)
         with self._lock:
-            used = self._days.get((name, day), 0)
-            if used >= self.daily_max:
+            if self._closed:
+                return False
+            if not self._take(name):
                 self.counts["over_daily"] += 1
                 return False
             try:
-                self._queue.put_nowait(_Job(name, str(request_id), redact_secrets(request), tool, float(raw),
-                                            version))
+                self._queue.put_nowait(job)
             except queue.Full:
                 self.counts["dropped"] += 1
                 return False
-            self._days = {k: v for k, v in self._days.items() if k[1] == day}
-            self._days[(name, day)] = used + 1
             self.counts["queued"] += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, daemon=True, name="toolrank-audits")
@@ -145,9 +196,13 @@ class Auditor:
         from retrieval.writing.prompting import messages, tool_text
         from retrieval.writing.runner import ask
 
-        if self._client is None:
-            self._client = self._factory()
-        return ask(self._client, messages("probe_judge", request=job.request, tool=tool_text(job.tool)),
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("closed")
+            if self._client is None:
+                self._client = self._factory()
+            client = self._client
+        return ask(client, messages("probe_judge", request=job.request, tool=tool_text(job.tool)),
                    _probability, temperature=0.2, attempts=self.attempts)   # a retried reply is not the same reply
 
     def _work(self) -> None:
@@ -161,13 +216,20 @@ class Auditor:
                 except Exception as exc:   # an endpoint down or a reply never readable: the search lost nothing
                     with self._lock:
                         self.counts["failed"] += 1
-                    log.warning("an audit of tenant %r could not be judged: %s", job.tenant, str(exc)[:200])
+                        closed = self._closed
+                    if not closed:   # the type and status only: a reply may echo the request
+                        log.warning("an audit of tenant %r could not be judged: %s%s", job.tenant,
+                                    type(exc).__name__, f" (status {exc.status})" if getattr(exc, "status", None) else "")
                     continue
+                with self._lock:
+                    if self._closed:   # stopping: nothing is written after close
+                        continue
                 try:
                     self.book.tenant(job.tenant).record_audit(
                         {"at": time.time(), "request_id": job.request_id, "raw_best": round(job.raw_best, 6),
                          "fit": bool(p_yes >= FITS_AT), "p_yes": round(float(p_yes), 4),
-                         "server": job.tool.server, "tool": job.tool.name, "index_version": job.version})
+                         "server": job.tool.server, "tool": job.tool.name, "index_version": job.version,
+                         "model": job.model})
                 except Exception:
                     with self._lock:
                         self.counts["failed"] += 1
@@ -192,33 +254,41 @@ class Auditor:
             return {"share": self.share, "daily_max": self.daily_max, "waiting": self._queue.qsize(), **self.counts}
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop taking audits; let the thread finish the one it judges (what waits is dropped); close the client."""
-        self._closed = True
+        """Stop taking audits; drop what waits; cancel the call in flight (its verdict is not written); close the
+        client."""
+        with self._lock:
+            self._closed = True
+            thread, client = self._thread, self._client
         while True:
             try:
                 self._queue.get_nowait()
-                self._queue.task_done()
-                with self._lock:
-                    self.counts["dropped"] += 1
             except queue.Empty:
                 break
-        if self._thread is not None:
+            self._queue.task_done()
+            with self._lock:
+                self.counts["dropped"] += 1
+        if client is not None and hasattr(client, "cancel"):
+            try:
+                client.cancel()
+            except Exception:
+                pass
+        if thread is not None:
             try:
                 self._queue.put_nowait(None)
             except queue.Full:
                 pass
-            self._thread.join(timeout)
-        if self._client is not None:
+            thread.join(timeout)
+        if client is not None:
             try:
-                self._client.close()
+                client.close()
             except Exception:
                 pass
 
 
 def recalibration_state(state: Any, name: str, tenant: Any = None) -> dict[str, Any]:
     """What a tenant's recalibration rests on and what it fits (``UsageBook.recalibration_state``), asked as its
-    searches ask (feedback switch, audits, the served catalog's map), with this worker's audit counters. Reads
-    the tenant's files: call it off the event loop."""
+    searches ask (feedback switch, audits, the served catalog's map and model). Reads the tenant's files: call it
+    off the event loop."""
     settings = state.settings
     if tenant is None or getattr(tenant, "name", None) != name:
         tenants = state.tenants.all() if state.tenants is not None else []
@@ -228,7 +298,6 @@ def recalibration_state(state: Any, name: str, tenant: Any = None) -> dict[str, 
         pipeline = engine.snapshot.pipeline if engine is not None else None
     except Exception:   # not ready yet: no catalog map to pull towards
         pipeline = None
-    asked = recalibration_args(settings, tenant, pipeline) or {"feedback": False, "audits": False, "prior": None}
-    out = state.usage.recalibration_state(name, settings.use_recalibration, settings.use_recalibration_min,
-                                          audits=asked["audits"], prior=asked["prior"])
-    return out
+    asked = recalibration_args(settings, tenant, pipeline) or {"audits": False, "prior": None, "model": None}
+    return state.usage.recalibration_state(name, settings.use_recalibration, settings.use_recalibration_min,
+                                           audits=asked["audits"], prior=asked["prior"], model=asked["model"])

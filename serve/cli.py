@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings()
         if settings.config is not None:
             load_tenants(settings.config)
-        if settings.audit_share > 0:   # audits need the endpoint that judges: said now, not at the first search
+        if settings.audit_share > 0 and not settings.read_only:   # the judge's endpoint: said now (a replica audits nothing)
             from .audits import check_endpoint
 
             check_endpoint(settings.audit_share)

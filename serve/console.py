@@ -287,6 +287,7 @@ async def calibration_page(request: Request, as_tenant: str = "") -> Response:
     from .audits import recalibration_state
 
     recal = await anyio.to_thread.run_sync(recalibration_state, state, who.name, who)
+    recal["audit_share"] = state.settings.audit_share
     return _page("calibration.html", request, **_common(request, tenant), who=who, figures=figures, recal=recal,
                  svg=_reliability_svg(figures["bins"]) if figures["bins"] else None)
 

@@ -397,8 +397,9 @@ class Gateway:
             finally:
                 for b in self.backends.values():
                     b.close()
-                if self.usage is not None:   # audits waiting are dropped; the one being judged ends
-                    self.usage.close()
+                if self.usage is not None:   # audits waiting are dropped; the one being judged is cancelled
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self.usage.close)
                 if self._probe_cache is not None:   # --no-save: this process's probe cache goes with it
                     import shutil
                     shutil.rmtree(self._probe_cache.parent, ignore_errors=True)
@@ -663,13 +664,15 @@ class Gateway:
             with self._lock:
                 if self.pipeline is None:
                     return None
+                catalog = self.index.catalog if self.index is not None else None
+                model = getattr(self.pipeline, "model_key", None)
                 learned = self.usage.learned() if self.usage is not None else None
                 result = self.pipeline.search(request, need, eligible=self.eligible, previous=previous,
                                               explain=True, fmt="mcp", policy=self.policy,
                                               **({"learned": learned} if learned else {}),
                                               **({"recalibration": recalibration} if recalibration else {}))
             if self.usage is not None:
-                self.usage.offered(request, need, result, self.index.catalog if self.index is not None else None)
+                self.usage.offered(request, need, result, catalog, model)
             return result
         result = await anyio.to_thread.run_sync(search)
         if result is not None and attempt < 2:

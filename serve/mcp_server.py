@@ -648,12 +648,16 @@ def make_gateway(a: argparse.Namespace) -> Gateway:
             raise ValueError(f"--calibrate: {exc}") from None
     from .settings import GatewaySettings
 
-    audit_share = GatewaySettings().audit_share
-    if audit_share > 0:   # audits need the endpoint that judges: said now, not at the first search
-        from .audits import check_endpoint
-
-        check_endpoint(audit_share)
     tenant = _tenant(a)
+    gateway_settings = GatewaySettings()
+    if gateway_settings.audit_share > 0 and (tenant is None or tenant.audit):
+        if a.no_save or not gateway_settings.learn_from_use or (tenant is not None and not tenant.learn_from_use):
+            log.warning("TOOLRANK_AUDIT_SHARE is set but this gateway keeps no usage folder (--no-save, or learning "
+                        "from use off): no search is audited")
+        else:   # audits need the endpoint that judges: said now, not at the first search
+            from .audits import check_endpoint
+
+            check_endpoint(gateway_settings.audit_share)
     config = load_mcp_config(a.mcp_config) if a.mcp_config else None
     if config is not None and a.server:
         _check_servers(a.server, list(config.servers), "the configuration")

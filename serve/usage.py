@@ -13,6 +13,8 @@ Storage, per tenant, under a usage root (``<TOOLRANK_INDEX_DIR>/usage`` for the 
     <root>/t-.../v1/ v2/ ... CURRENT .lock             learned examples: an IndexStore (atomic, versioned)
     <root>/t-.../feedback.jsonl                        every feedback event, learned or not
     <root>/t-.../feedback.jsonl.1                      the one older part kept when it rotated
+    <root>/t-.../audits.jsonl                          audited searches: probability, tool, verdict (never text)
+    <root>/audit-salt                                  the secret the audit draw is keyed with (serve/audits.py)
 
 One tenant's folder is never read for another tenant's search, so what one tenant teaches
 cannot change another's answers.
@@ -71,6 +73,7 @@ FEEDBACK_FILE = "feedback.jsonl"        # a tenant's feedback log, and its older
 ROTATED_FILE = FEEDBACK_FILE + ".1"
 AUDITS_FILE = "audits.jsonl"            # a tenant's audits (serve/audits.py): no request text, only the verdicts
 AUDITS_KEPT = 2_000                     # the newest audits kept (and fitted on)
+AUDITS_MAX_BYTES = 2 * AUDITS_KEPT * 400  # past this the file is trimmed to the newest AUDITS_KEPT
 
 
 def tenant_folder(name: str) -> str:
@@ -220,19 +223,32 @@ class TenantUsage:
 
     def record_audit(self, event: dict[str, Any]) -> None:
         """Append one audit (a judged search: its best probability on the shipped scale and the verdict, never its
-        text); past twice ``AUDITS_KEPT`` the file keeps the newest ``AUDITS_KEPT``."""
+        text); past ``AUDITS_MAX_BYTES`` the file keeps the newest ``AUDITS_KEPT``."""
         line = dumps_line(event) + "\n"
         with self._lock, self.store.write_lock():
             fd = os.open(self.audits_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with open(fd, "a", encoding="utf-8") as fh:
                 fh.write(line)
-            rows = self.audits()
-            if len(rows) > 2 * AUDITS_KEPT:
-                self._rewrite(self.audits_path, rows[-AUDITS_KEPT:])
+                size = fh.tell()
+            if size > AUDITS_MAX_BYTES:
+                self._rewrite(self.audits_path, self.audits()[-AUDITS_KEPT:])
 
     def audits(self) -> list[dict[str, Any]]:
-        """Every kept audit, oldest first."""
-        return [row for _, row in read_jsonl(self.audits_path)] if self.audits_path.exists() else []
+        """Every kept audit, oldest first. A line another process is still writing, or one that is damaged, is
+        skipped: the audits are evidence, never a reason for a search to fail."""
+        try:
+            text = self.audits_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+        rows = []
+        for line in text.split("\n"):
+            try:
+                row = json.loads(line) if line.strip() else None
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
 
     def events(self) -> list[dict[str, Any]]:
         """Every kept feedback event, oldest first (the older part, then the log)."""
@@ -402,8 +418,8 @@ class UsageBook:
         self.feedback_max_bytes = feedback_max_bytes
         self.feedback_keep_days = feedback_keep_days
         self._tenants: dict[str, TenantUsage] = {}
-        # tenant -> (feedback files' stamp, fit or None, when fitted (monotonic s), observations it rests on)
-        self._recalibrations: dict[str, tuple[Any, Any, float, int]] = {}
+        # (tenant, question) -> (files' stamp, fit or None, when fitted (monotonic s), observations, source)
+        self._recalibrations: dict[tuple[str, Any], tuple[Any, Any, float, int, str | None]] = {}
         self._lock = threading.Lock()
         self.read_only = read_only
         ledger_path = None
@@ -550,32 +566,40 @@ class UsageBook:
             y.append(float(offered[0][0] == e.get("server") and offered[0][1] == e.get("tool")))
         return p, y
 
-    def audit_observations(self, tenant: str) -> tuple[list[float], list[float]]:
+    def audit_observations(self, tenant: str, model: str | None = None) -> tuple[list[float], list[float]]:
         """The tenant's audits as recalibration evidence: each audited search's best probability before any
-        map and 1 when the judge said its first tool fits, else 0 (the newest ``AUDITS_KEPT``)."""
+        map and 1 when the judge said its first tool fits, else 0 — the first audit of each request id, with
+        ``model`` only those measured with that scorer and release; the newest ``AUDITS_KEPT`` of them."""
         if not (self.root / tenant_folder(tenant)).exists():
             return [], []
         p: list[float] = []
         y: list[float] = []
-        for e in self.tenant(tenant).audits()[-AUDITS_KEPT:]:
-            best, fit = e.get("raw_best"), e.get("fit")
-            if isinstance(best, (int, float)) and 0.0 <= best < 1.0 and isinstance(fit, bool):
+        seen: set[str] = set()
+        for e in self.tenant(tenant).audits():
+            best, fit, rid = e.get("raw_best"), e.get("fit"), str(e.get("request_id"))
+            if model is not None and e.get("model") != model:
+                continue
+            if isinstance(best, (int, float)) and 0.0 <= best < 1.0 and isinstance(fit, bool) and rid not in seen:
+                seen.add(rid)
                 p.append(float(best))
                 y.append(float(fit))
-        return p, y
+        return p[-AUDITS_KEPT:], y[-AUDITS_KEPT:]
 
     def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0, *,
-                      feedback: bool = True, audits: bool = False, prior: tuple[float, float] | None = None) -> Any:
+                      feedback: bool = True, audits: bool = False, prior: tuple[float, float] | None = None,
+                      model: str | None = None) -> Any:
         """The tenant's recalibration (:mod:`retrieval.pipeline.recalibration`), or None: from its audits
         (``audits``: at least ``min_observations`` of them; pulled towards ``prior``, the served catalog's own
         map, or the identity), else from its feedback (``feedback``: enough observations, and better than the
-        shipped probabilities in cross-validation). Refitted when the tenant's files change (checked by their
+        shipped probabilities in cross-validation). ``model``: the served scorer and release (``Pipeline.model_key``);
+        audits measured with another are left out. Refitted when the tenant's files change (checked by their
         size and time), at most once per ``refit_s`` per tenant (the previous fit serves meanwhile); it reads the
         whole log, so call it off the event loop."""
-        return self._recalibration(tenant, min_observations, refit_s, feedback, audits, prior)[0]
+        return self._recalibration(tenant, min_observations, refit_s, feedback, audits, prior, model)[0]
 
     def _recalibration(self, tenant: str, min_observations: int, refit_s: float, feedback: bool = True,
-                       audits: bool = False, prior: tuple[float, float] | None = None) -> tuple[Any, int, str | None]:
+                       audits: bool = False, prior: tuple[float, float] | None = None,
+                       model: str | None = None) -> tuple[Any, int, str | None]:
         """(the fit or None, the observations it rests on, "audits" or "feedback"), cached per tenant by its
         files' stamp and what is asked."""
         from retrieval.pipeline.recalibration import fit_audit_recalibration, fit_use_recalibration
@@ -590,35 +614,41 @@ class UsageBook:
                 key.append((st.st_size, st.st_mtime_ns))
             except OSError:
                 key.append(None)
-        asked = (min_observations, feedback, audits, prior)
-        stamp = (tuple(key), asked)
+        asked = (min_observations, feedback, audits, prior, model)
         now = time.monotonic()
-        with self._lock:
-            cached = self._recalibrations.get(tenant)
-        # the same files: the same fit; changed files: the previous fit (for the same question) for refit_s
-        if cached is not None and (cached[0] == stamp or (cached[0][1] == asked and now - cached[2] < refit_s)):
+        with self._lock:   # one entry per question: the console's view and the searches do not evict each other
+            cached = self._recalibrations.get((tenant, asked))
+        # the same files: the same fit; changed files: the previous fit for refit_s
+        if cached is not None and (cached[0] == tuple(key) or now - cached[2] < refit_s):
             return cached[1], cached[3], cached[4]
         fitted, n, source = None, 0, None
         if audits:
-            p, y = self.audit_observations(tenant)
-            if len(p) >= min_observations:
-                fitted = fit_audit_recalibration(p, y, prior=prior or (1.0, 0.0), min_observations=min_observations)
+            p, y = self.audit_observations(tenant, model)
+            # at most AUDITS_KEPT are kept: a larger minimum would never be reached
+            if len(p) >= min(min_observations, AUDITS_KEPT):
+                fitted = fit_audit_recalibration(p, y, prior=prior or (1.0, 0.0),
+                                                 min_observations=min(min_observations, AUDITS_KEPT))
                 n, source = len(p), "audits"
         if source is None and feedback:
             p, y = self.use_observations(tenant)
             fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
             n, source = len(p), "feedback"
         with self._lock:
-            self._recalibrations[tenant] = (stamp, fitted, now, n, source)
+            if len(self._recalibrations) >= 10_000:   # many tenants: the oldest entries go (refitted when asked)
+                for k in list(self._recalibrations)[:1_000]:
+                    del self._recalibrations[k]
+            self._recalibrations[(tenant, asked)] = (tuple(key), fitted, now, n, source)
         return fitted, n, source
 
     def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25, *,
-                            audits: bool = False, prior: tuple[float, float] | None = None) -> dict[str, Any]:
+                            audits: bool = False, prior: tuple[float, float] | None = None,
+                            model: str | None = None) -> dict[str, Any]:
         """What :meth:`recalibration` rests on for ``tenant`` and what it fits, as of its files now (the same
         cache: refitted only when they changed since the last fit), so an operator sees what switching it on
-        would do (``enabled``: the recalibration from feedback is on; ``audits``: audits are taken)."""
-        fitted, evidence, source = self._recalibration(tenant, min_observations, 0.0, True, audits, prior)
-        p, y = self.audit_observations(tenant)
+        would do (``enabled``: the recalibration from feedback is on; ``audits``: this tenant's searches are
+        audited)."""
+        fitted, evidence, source = self._recalibration(tenant, min_observations, 0.0, True, audits, prior, model)
+        p, y = self.audit_observations(tenant, model)
         return {"enabled": enabled, "audits_on": audits, "evidence": evidence, "source": source,
                 "applied": fitted is not None and (source == "audits" or enabled),
                 "minimum": min_observations, "fitted": fitted is not None,
@@ -928,14 +958,18 @@ class GatewayUsage:
         asked = recalibration_args(self.settings, SimpleNamespace(name=self.tenant, audit=self.audit), pipeline)
         if asked is None:
             return None
-        return self.book.recalibration(self.tenant, self.settings.use_recalibration_min,
-                                       self.settings.use_recalibration_refit_s, **asked)
+        try:
+            return self.book.recalibration(self.tenant, self.settings.use_recalibration_min,
+                                           self.settings.use_recalibration_refit_s, **asked)
+        except Exception:   # the evidence unreadable: find_tools goes on with the catalog's own numbers
+            log.warning("the gateway's recalibration could not be read; searching without it", exc_info=True)
+            return None
 
     def close(self) -> None:
         if self.auditor is not None:
             self.auditor.close()
 
-    def offered(self, request: str, need: str | None, result: Any, catalog: Any = None) -> None:
+    def offered(self, request: str, need: str | None, result: Any, catalog: Any = None, model: str | None = None) -> None:
         """Remember a ``find_tools`` answer (with its first tool's probability before any recalibration,
         the evidence a later fit reads); audit it when drawn (``catalog``: where its first tool's card is)."""
         if result is None:
@@ -951,7 +985,8 @@ class GatewayUsage:
         with self._lock:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
         if self.auditor is not None:
-            self.auditor.offer(SimpleNamespace(name=self.tenant, audit=self.audit), rid, request, result, catalog)
+            self.auditor.offer(SimpleNamespace(name=self.tenant, audit=self.audit), rid, request, result, catalog,
+                               model=model)
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

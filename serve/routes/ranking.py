@@ -56,9 +56,15 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
     learned = state.usage.learned(tenant.name) if tenant.learn_from_use else None
     # a refit reads the tenant's feedback log and audits: in a thread, never on the event loop
     asked = recalibration_args(state.settings, tenant, pipeline)
-    recalibration = (await anyio.to_thread.run_sync(functools.partial(
-        state.usage.recalibration, tenant.name, state.settings.use_recalibration_min,
-        state.settings.use_recalibration_refit_s, **asked)) if asked is not None else None)
+    recalibration = None
+    if asked is not None:
+        try:
+            recalibration = await anyio.to_thread.run_sync(functools.partial(
+                state.usage.recalibration, tenant.name, state.settings.use_recalibration_min,
+                state.settings.use_recalibration_refit_s, **asked))
+        except Exception:   # the evidence unreadable: the search goes on with the catalog's own numbers
+            log.warning("tenant %r: its recalibration could not be read; searching without it", tenant.name,
+                        exc_info=True)
     result = await state.run(
         request, pipeline.search, body.request, body.need,
         eligible=tenant.eligibility, previous=_previous(body.previous, tenant, body.legacy_decisions), k=body.k,
@@ -72,7 +78,8 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
                         decision=result.decision, probabilities=[t.probability for t in result.tools],
                         raw_best=result.raw_best)
     if state.auditor is not None:   # drawn by request id, judged after the answer went out
-        state.auditor.offer(tenant, request_id, body.request, result, snap.catalog, snap.version)
+        state.auditor.offer(tenant, request_id, body.request, result, snap.catalog, snap.version,
+                            getattr(pipeline, "model_key", None))
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
     response.recalibrated_from = recalibration.observations if recalibration is not None else None

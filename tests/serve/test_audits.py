@@ -30,7 +30,9 @@ def tenant(name="acme", audit=True):
     return SimpleNamespace(name=name, audit=audit)
 
 
-def test_the_draw_is_fixed_by_the_request_id_alone_and_keeps_its_share():
+def test_the_draw_is_fixed_by_the_request_id_and_the_deployments_secret_and_keeps_its_share(tmp_path):
+    from serve.audits import audit_salt
+
     assert not drawn("acme", "r1", 0.0) and drawn("acme", "r1", 1.0) and not drawn("acme", None, 1.0)
     ids = [f"req-{i}" for i in range(20_000)]
     share = np.mean([drawn("acme", r, 0.1) for r in ids])
@@ -39,11 +41,26 @@ def test_the_draw_is_fixed_by_the_request_id_alone_and_keeps_its_share():
     # each tenant its own draw, and a larger share keeps every search a smaller one drew
     assert [drawn("acme", r, 0.1) for r in ids[:2000]] != [drawn("other", r, 0.1) for r in ids[:2000]]
     assert all(drawn("acme", r, 0.3) for r in ids[:2000] if drawn("acme", r, 0.1))
+    # keyed with a secret made once per usage root (0600): a client choosing request ids cannot tell the draw
+    salt = audit_salt(tmp_path)
+    assert len(salt) == 32 and audit_salt(tmp_path) == salt and ((tmp_path / "audit-salt").stat().st_mode & 0o777) == 0o600
+    assert [drawn("acme", r, 0.1, salt) for r in ids[:2000]] != [drawn("acme", r, 0.1) for r in ids[:2000]]
+    assert audit_salt(tmp_path / "other") != salt
+
+
+class Recording(ProbeClient):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.sent = []
+
+    def chat(self, messages, temperature=0.0):
+        self.sent.append(messages)
+        return super().chat(messages, temperature)
 
 
 def test_an_audit_keeps_the_verdict_and_never_the_request(tmp_path):
     book = UsageBook(tmp_path)
-    client = ProbeClient(judge_yes=0.9)
+    client = Recording(judge_yes=0.9)
     auditor = Auditor(book, 1.0, 100, lambda: client)
     assert auditor.offer(tenant(), "r1", "please send email for me, token sk-live-abcdefghijklmnop1234", answer(),
                          CATALOG, 3)
@@ -54,6 +71,8 @@ def test_an_audit_keeps_the_verdict_and_never_the_request(tmp_path):
         ("r1", True, 0.6, "send_email"), ("r2", False, 0.3, "send_email")]
     text = (tmp_path / tenant_folder("acme") / "audits.jsonl").read_text()
     assert "Paris" not in text and "please" not in text and "sk-live" not in text
+    sent = " ".join(m["content"] for messages in client.sent for m in messages)   # what went to the endpoint
+    assert "please send email for me" in sent and "sk-live-abcdefghijklmnop1234" not in sent
     assert book.audit_observations("acme") == ([0.6, 0.3], [1.0, 0.0])
     assert book.audit_observations("nobody") == ([], [])
     assert auditor.state()["judged"] == 2
@@ -63,7 +82,7 @@ def test_an_audit_keeps_the_verdict_and_never_the_request(tmp_path):
 
 def test_what_is_never_audited(tmp_path):
     book = UsageBook(tmp_path)
-    auditor = Auditor(book, 1.0, 2, lambda: ProbeClient())
+    auditor = Auditor(book, 1.0, 48, lambda: ProbeClient())   # 48 a day: two at once (an hour's worth)
     assert not auditor.offer(tenant(audit=False), "r1", "send email", answer(), CATALOG)      # opted out
     assert not auditor.offer(tenant(), "r2", "send email", answer(source="exact_name"), CATALOG)   # a shortcut
     assert not auditor.offer(tenant(), "r3", "send email", answer(raw=None), CATALOG)        # no calibrated number
@@ -71,10 +90,26 @@ def test_what_is_never_audited(tmp_path):
     assert not auditor.offer(tenant(), "r5", "send email", SimpleNamespace(tools=[], raw_best=0.5), CATALOG)
     assert auditor.offer(tenant(), "r6", "send email", answer(), CATALOG)
     assert auditor.offer(tenant(), "r7", "send email", answer(), CATALOG)
-    assert not auditor.offer(tenant(), "r8", "send email", answer(), CATALOG)                # the day's maximum
+    assert not auditor.offer(tenant(), "r8", "send email", answer(), CATALOG)                # the bucket is empty
     assert auditor.offer(tenant("other"), "r8", "send email", answer(), CATALOG)             # per tenant
     assert auditor.join(30)
     assert auditor.state()["over_daily"] == 1 and len(book.tenant("acme").audits()) == 2
+    # paced over the day: an audit comes back every half hour (48 a day), not at midnight
+    clock = [1000.0]
+    import serve.audits as audits_module
+
+    real = audits_module.time.monotonic
+    audits_module.time.monotonic = lambda: clock[0]
+    try:
+        paced = Auditor(book, 1.0, 48, lambda: ProbeClient())
+        assert [paced.offer(tenant("p"), f"p{i}", "send email", answer(), CATALOG) for i in range(3)] == [True, True, False]
+        clock[0] += 600
+        assert not paced.offer(tenant("p"), "p3", "send email", answer(), CATALOG)
+        clock[0] += 1200
+        assert paced.offer(tenant("p"), "p4", "send email", answer(), CATALOG)
+    finally:
+        audits_module.time.monotonic = real
+        paced.close()
     auditor.close()
 
 
@@ -94,6 +129,52 @@ def test_a_failing_judge_or_a_full_queue_costs_nothing_but_the_audit(tmp_path):
     assert held.join(30)
     held.close()
     assert not held.offer(tenant(), "late", "send email", answer(), CATALOG)   # closed: nothing more is taken
+
+    # a judgment in flight when the auditor closes is not written; no client is made after close
+    gate2, made = threading.Event(), []
+    inflight = Auditor(UsageBook(tmp_path / "b2"), 1.0, 100, lambda: made.append(1) or ProbeClient(gate=gate2))
+    assert inflight.offer(tenant(), "f1", "send email", answer(), CATALOG)
+    end = __import__("time").monotonic() + 10
+    while not made and __import__("time").monotonic() < end:
+        __import__("time").sleep(0.01)
+    closer = threading.Thread(target=inflight.close, kwargs={"timeout": 10})
+    closer.start()
+    gate2.set()
+    closer.join(15)
+    assert inflight.book.tenant("acme").audits() == [] and len(made) == 1
+    never = Auditor(UsageBook(tmp_path / "b3"), 1.0, 100, lambda: made.append(2) or ProbeClient())
+    never.close()
+    assert not never.offer(tenant(), "f2", "send email", answer(), CATALOG) and made == [1]
+
+
+def test_what_the_fit_reads_of_the_audits_file(tmp_path, monkeypatch):
+    """A damaged or half-written line is skipped, a request id counts once, audits of another scorer are left
+    out, and the fit follows the catalog's map it is pulled towards."""
+    book = UsageBook(tmp_path)
+    usage = book.tenant("acme")
+    for i in range(30):
+        usage.record_audit({"request_id": f"r{i}", "raw_best": 0.5, "fit": i % 3 != 0, "model": "m1"})
+    usage.record_audit({"request_id": "r0", "raw_best": 0.9, "fit": True, "model": "m1"})        # a replayed id
+    usage.record_audit({"request_id": "o1", "raw_best": 0.9, "fit": False, "model": "m0"})       # another scorer
+    with open(usage.audits_path, "a") as fh:
+        fh.write('{"request_id": "torn", "raw_be\n[1, 2]\nnot json\n{"request_id": "half"')
+    p, y = book.audit_observations("acme", "m1")
+    assert len(p) == 30 and p == [0.5] * 30 and sum(y) == 20
+    assert len(book.audit_observations("acme")[0]) == 31   # without a model: every scorer's
+    one = book.recalibration("acme", 25, 0.0, feedback=False, audits=True, prior=(1.0, 0.0), model="m1")
+    other = book.recalibration("acme", 25, 0.0, feedback=False, audits=True, prior=(1.0, 2.0), model="m1")
+    assert one.observations == 30 and other.b > one.b            # a new catalog map: refitted towards it
+    assert book.recalibration("acme", 25, 0.0, feedback=False, audits=True, model="m9") is None
+    assert book.recalibration("acme", 25, 0.0, feedback=False, audits=False) is None
+    # a minimum above what is kept is capped at what is kept, never out of reach
+    import serve.usage as usage_module
+
+    monkeypatch.setattr(usage_module, "AUDITS_KEPT", 25)
+    capped = book.recalibration("acme", 50_000, 0.0, feedback=False, audits=True, model="m1")
+    assert capped is not None and capped.observations <= 25
+    monkeypatch.undo()
+    usage.record_audit({"request_id": "tail", "raw_best": 0.5, "fit": True, "model": "m1"})
+    assert book.audit_observations("acme", "m1")[0][-1] == 0.5   # appending after a torn line still works
 
 
 def test_the_audit_fit_starts_at_the_catalogs_map_and_follows_the_audits():
@@ -143,6 +224,15 @@ def test_a_served_tenants_audits_recalibrate_its_searches_only(tmp_path, monkeyp
             assert after["best_probability"] > before["best_probability"]
         else:
             assert after["best_probability"] < before["best_probability"]
+        # evidence that cannot be read never fails a search: it goes on with the catalog's own numbers
+        usage = c.app.state.toolrank.usage
+        real_recal = usage.recalibration
+        usage.recalibration = lambda *a, **k: (_ for _ in ()).throw(OSError("disk gone"))
+        try:
+            unread = search("acme")
+            assert unread["recalibrated_from"] is None and unread["decision"] == before["decision"]
+        finally:
+            usage.recalibration = real_recal
         other = search("all")                                 # another tenant: its own (one) audit, no fit
         assert other["recalibrated_from"] is None
         audits = c.get("/readyz", headers=key("ops")).json()["audits"]
@@ -161,6 +251,7 @@ def test_a_served_tenants_audits_recalibrate_its_searches_only(tmp_path, monkeyp
 
 
 def test_audits_without_an_endpoint_fail_at_start_with_what_to_set(tmp_path, monkeypatch):
+    """...and a read-only replica, which audits nothing, starts without one."""
     from serve.app import create_app
     from serve.settings import Settings
 
@@ -170,6 +261,9 @@ def test_audits_without_an_endpoint_fail_at_start_with_what_to_set(tmp_path, mon
         create_app(Settings(auth_disabled=True, audit_share=0.1))
     with pytest.raises(ValueError):
         Settings(auth_disabled=True, audit_share=1.5)
+    (tmp_path / "idx").mkdir()
+    app = create_app(Settings(auth_disabled=True, audit_share=0.1, read_only=True, index_dir=tmp_path / "idx"))
+    assert app.state.toolrank.auditor is None
 
 
 def test_the_gateway_audits_its_own_searches_unless_its_tenant_opts_out(tmp_path, monkeypatch):
@@ -189,8 +283,8 @@ def test_the_gateway_audits_its_own_searches_unless_its_tenant_opts_out(tmp_path
     assert fitted is not None and fitted.observations == 5 and float(fitted.apply(0.5)) > 0.5
     usage.close()
     assert fake.closed
-    quiet = GatewayUsage(tmp_path / "q", settings=settings, audit=False)
+    quiet = GatewayUsage(tmp_path / "g", settings=settings, audit=False)   # the same folder, five audits in it
     assert quiet.auditor is None
     quiet.offered("please send email for me", None, answer(raw=0.5), CATALOG)
-    assert quiet.book.audit_observations(quiet.tenant) == ([], [])
-    assert quiet.recalibration(pipeline) is None
+    assert len(quiet.book.audit_observations(quiet.tenant)[0]) == 5
+    assert quiet.recalibration(pipeline) is None               # opted out: the audits on disk are not read
