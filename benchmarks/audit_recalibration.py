@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the share of the tenant's traffic that no tool fits (the flow's judged no-fit twins, drawn "
                          "with replacement): audits are drawn from all of it; the table reads the answerable rows "
                          "(issue 34's reading) and the whole traffic")
+    ap.add_argument("--pull", type=float, help="read the held-out rows with this pull instead of the one the fit "
+                                                "rows choose (the choice is still printed)")
     ap.add_argument("--out", type=Path, default=RESULTS / "audit_recalibration.json")
     a = ap.parse_args(argv)
     if a.repeats < 1:
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     fit_data, fit_maps = _rows("fit")
     fit_twins = _rows("fit", twins=True)[0] if a.nofit_share > 0 else None
     fit = measure(fit_data, fit_maps, PULLS, (50,), a.repeats, a.seed, fit_twins, a.nofit_share)
-    pull = choose_pull(fit, PULLS)
+    chosen = choose_pull(fit, PULLS)
+    pull = a.pull if a.pull is not None else chosen
     print("held-out rows (read with the chosen pull)", file=sys.stderr)
     report_data, report_maps = _rows("report")
     twins = _rows("report", twins=True)[0] if a.nofit_share > 0 else None
@@ -197,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                     if a.nofit_share > 0 else "the tenant's traffic: answerable requests only")
     lines = [f"# Recalibration from audits (ECE of the best probability, cross-fitted; {a.repeats} draws)", "",
              traffic_note, "",
-             f"pull towards the catalog's map chosen on the fit rows at 50 audits: **{pull:g}** (mean ECE {means}); "
-             f"shipped `AUDIT_PULL` = {AUDIT_PULL:g}", "",
+             f"pull towards the catalog's map chosen on the fit rows at 50 audits: **{chosen:g}** (mean ECE {means}); "
+             f"shipped `AUDIT_PULL` = {AUDIT_PULL:g}" + (f"; read below with {pull:g} (--pull)" if pull != chosen else ""), "",
              "## Fit catalogs (where the pull was chosen)", "", table(fit, pull, (50,)), "",
              "## Held-out catalogs (read once)", "", table(report, pull, AUDITS), "",
              "'calibrated reads': the ECE a perfectly calibrated model with the catalog map's probabilities reads at "
@@ -206,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
              "through the same map.", "", stamp_line()]
     text = "\n".join(lines)
     print(text)
-    write_result(a.out, {"pull": pull, "pulls": list(PULLS), "audits": list(AUDITS), "repeats": a.repeats,
+    write_result(a.out, {"pull": pull, "chosen_pull": chosen, "pulls": list(PULLS), "audits": list(AUDITS), "repeats": a.repeats,
                          "nofit_share": a.nofit_share,
                          "fit": fit, "report": report}, indent=1)
     a.out.with_suffix(".md").write_text(text + "\n", encoding="utf-8")
