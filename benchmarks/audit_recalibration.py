@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,25 +48,10 @@ def _rows(which: str, twins: bool = False) -> tuple[dict[tuple[str, str], tuple[
                                                     dict[str, tuple[float, float]]]:
     """Per (kind, mode): the answerable first searches' best probabilities and whether the first tool fits (with
     ``twins``: their no-fit twins' instead, the flow's own, every first tool judged); per kind: its probes' map."""
-    from benchmarks.catalog_calibration import first_fits, load_fits
+    from benchmarks.catalog_calibration import first_fits
+    from benchmarks.catalog_probes import judged_set
 
-    if which == "fit":
-        items, judged = [JUDGED / "fit" / "items.jsonl"], sorted((JUDGED / "fit").glob("judged_0*.jsonl"))
-        rows = json.loads((RESULTS / "agent_flow_fit.json").read_text())["rows"]
-        table = json.loads((RESULTS / "catalog_probes_fit.json").read_text())["table"]
-    else:
-        from benchmarks.wide_calibration import flow_file
-
-        items = [JUDGED / "report" / "items.jsonl", JUDGED / "wide" / "items.jsonl"]
-        judged = sorted((JUDGED / "report").glob("judged_0*.jsonl")) + sorted((JUDGED / "wide").glob("judged_0*.jsonl"))
-        with tempfile.TemporaryDirectory() as tmp:
-            flow = flow_file(RESULTS / "wide_calibration_rows.json", Path(tmp) / "flow.json", with_report=True)
-            rows = json.loads(flow.read_text())["rows"]
-        table = json.loads((RESULTS / "wide_calibration.json").read_text())["table"]
-    if twins:   # the flow's own twins (agent_flow_*.json): a judge read every first tool
-        flow = "agent_flow_fit.json" if which == "fit" else "agent_flow_report.json"
-        rows = [r for r in json.loads((RESULTS / flow).read_text())["rows"] if not r.get("answerable")]
-    fits = load_fits(items, judged)
+    rows, fits, table = judged_set(which)   # the twins: the flow's own, a judge read every first tool
     out: dict[tuple[str, str], tuple[list, list]] = {}
     for r in rows:
         if bool(r.get("answerable")) == twins or r.get("mode") not in MODES or r.get("best1") is None:

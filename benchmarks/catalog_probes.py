@@ -44,6 +44,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -115,19 +116,36 @@ def sample(out: Path, per_kind: int, seed: int, n_batches: int, which: str = "re
 USER_SAMPLES = "user_samples.json"   # restyle: the real requests shown to the writers, left out of every reading
 
 
-def _real_rows(which: str) -> list[dict]:
-    """The answerable first searches (need mode) the ECE of a set is read on: the fit flow's rows, or the report
-    flow's with the wide draw (``wide_calibration.py``)."""
+def judged_set(which: str) -> tuple[list[dict], Any, dict]:
+    """A set's first searches the ECE is read on — the fit flow's rows, or the report flow's answerable ones with
+    the wide draw (``wide_calibration.py``) — the judges' verdicts on their first tools
+    (``catalog_calibration.load_fits``: the flow's twins included) and the probes' maps of each kind."""
+    import tempfile
+
+    from benchmarks.catalog_calibration import load_fits
+
+    res = ROOT / "benchmarks" / "results"
+    judged_flow = res / "judged_flow"
     if which == "fit":
-        rows = json.loads((ROOT / "benchmarks" / "results" / "agent_flow_fit.json").read_text())["rows"]
+        items, judged = [judged_flow / "fit" / "items.jsonl"], sorted((judged_flow / "fit").glob("judged_0*.jsonl"))
+        rows = json.loads((res / "agent_flow_fit.json").read_text())["rows"]
+        table = json.loads((res / "catalog_probes_fit.json").read_text())["table"]
     else:
-        import tempfile
+        from benchmarks.wide_calibration import flow_file
 
-        from benchmarks.wide_calibration import RESULTS, flow_file
-
+        items = [judged_flow / "report" / "items.jsonl", judged_flow / "wide" / "items.jsonl"]
+        judged = sorted((judged_flow / "report").glob("judged_0*.jsonl")) + \
+            sorted((judged_flow / "wide").glob("judged_0*.jsonl"))
         with tempfile.TemporaryDirectory() as tmp:
-            rows = json.loads(flow_file(RESULTS / "wide_calibration_rows.json", Path(tmp) / "f.json").read_text())["rows"]
-    return [r for r in rows if r.get("answerable") and r.get("mode") == "need"]
+            rows = json.loads(flow_file(res / "wide_calibration_rows.json", Path(tmp) / "f.json").read_text())["rows"]
+        rows += [r for r in json.loads((res / "agent_flow_report.json").read_text())["rows"] if not r.get("answerable")]
+        table = json.loads((res / "wide_calibration.json").read_text())["table"]
+    return rows, load_fits(items, judged), table
+
+
+def _real_rows(which: str) -> list[dict]:
+    """The answerable first searches (need mode) the ECE of a set is read on."""
+    return [r for r in judged_set(which)[0] if r.get("answerable") and r.get("mode") == "need"]
 
 
 def _request_texts(ids: set[str], which: str) -> dict[str, str]:
@@ -316,28 +334,12 @@ def styled_check(folder: Path, which: str, out: Path) -> int:
     """The map ``toolrank index --calibrate`` fits on the restyled probes (judged: ``judged_0*.jsonl`` of
     ``mine --first-only``) against the fixed styles' map, both read on the kind's real requests less the ones
     shown to the writers (``user_samples.json``)."""
-    import tempfile
-
     from benchmarks.catalog_calibration import first_fits, load_fits
     from retrieval.evaluation.stats import ece
     from retrieval.pipeline.probes import fit_probes
     from retrieval.pipeline.recalibration import platt
 
-    res, judged_flow = ROOT / "benchmarks" / "results", ROOT / "benchmarks" / "results" / "judged_flow"
-    if which == "fit":
-        items, judged = [judged_flow / "fit" / "items.jsonl"], sorted((judged_flow / "fit").glob("judged_0*.jsonl"))
-        rows = json.loads((res / "agent_flow_fit.json").read_text())["rows"]
-        old = json.loads((res / "catalog_probes_fit.json").read_text())["table"]
-    else:
-        from benchmarks.wide_calibration import flow_file
-
-        items = [judged_flow / "report" / "items.jsonl", judged_flow / "wide" / "items.jsonl"]
-        judged = sorted((judged_flow / "report").glob("judged_0*.jsonl")) + \
-            sorted((judged_flow / "wide").glob("judged_0*.jsonl"))
-        with tempfile.TemporaryDirectory() as tmp:
-            rows = json.loads(flow_file(res / "wide_calibration_rows.json", Path(tmp) / "f.json").read_text())["rows"]
-        old = json.loads((res / "wide_calibration.json").read_text())["table"]
-    fits = load_fits(items, judged)
+    rows, fits, old = judged_set(which)
     shown = {i for v in json.loads((folder / USER_SAMPLES).read_text())["ids"].values() for i in v}
     probe_rows = json.loads((folder / "probe_flow.json").read_text())["rows"]
     probe_judged = sorted(folder.glob("judged_0*.jsonl"))

@@ -170,14 +170,18 @@ class TenantUsage:
     def record(self, event: dict[str, Any]) -> None:
         """Append one feedback event (under the store's lock: one line per event, whole); rotate the log
         past ``feedback_max_bytes``."""
-        line = dumps_line(event) + "\n"
         with self._lock, self.store.write_lock():
-            fd = os.open(self.feedback_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            with open(fd, "a", encoding="utf-8") as fh:
-                fh.write(line)
-                size = fh.tell()
-            if size > self.feedback_max_bytes:
+            if self._append(self.feedback_path, event) > self.feedback_max_bytes:
                 self._rotate()
+
+    @staticmethod
+    def _append(path: Path, event: dict[str, Any]) -> int:
+        """Append ``event`` as one whole line to ``path`` (made 0600); the file's size after. Call under the
+        store's lock."""
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(fd, "a", encoding="utf-8") as fh:
+            fh.write(dumps_line(event) + "\n")
+            return fh.tell()
 
     def _rotate(self) -> None:
         """The log becomes the one older part (events past ``feedback_keep_days`` dropped), replacing the
@@ -224,13 +228,8 @@ class TenantUsage:
     def record_audit(self, event: dict[str, Any]) -> None:
         """Append one audit (a judged search: its best probability on the shipped scale and the verdict, never its
         text); past ``AUDITS_MAX_BYTES`` the file keeps the newest ``AUDITS_KEPT``."""
-        line = dumps_line(event) + "\n"
         with self._lock, self.store.write_lock():
-            fd = os.open(self.audits_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            with open(fd, "a", encoding="utf-8") as fh:
-                fh.write(line)
-                size = fh.tell()
-            if size > AUDITS_MAX_BYTES:
+            if self._append(self.audits_path, event) > AUDITS_MAX_BYTES:
                 self._rewrite(self.audits_path, self.audits()[-AUDITS_KEPT:])
 
     def audits(self) -> list[dict[str, Any]]:
