@@ -32,7 +32,7 @@ from benchmarks.common import ROOT, markdown_table, stamp_line, write_result  # 
 MODE = "need"
 
 
-def items(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
+def items(out: Path, per_kind: int, seed: int, n_batches: int, question: str = "probe_judge") -> int:
     from benchmarks.catalog_calibration import first_fits
     from benchmarks.catalog_probes import _request_texts, judged_set
     from benchmarks.judged_flow import _Catalogs
@@ -48,7 +48,7 @@ def items(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
         mine = sorted((r for r in rows if r["catalog"] == kind), key=lambda r: r["id"])
         chosen += rng.sample(mine, min(per_kind, len(mine)))
     texts = _request_texts({r["id"] for r in chosen}, "report")
-    prompt = load_prompt("probe_judge")
+    prompt = load_prompt(question)
     out.mkdir(parents=True, exist_ok=True)
     kept = []
     for i, r in enumerate(chosen):
@@ -131,13 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--per-kind", type=int, default=100)
     i.add_argument("--batches", type=int, default=4)
     i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--question", choices=("probe_judge", "audit_step"), default="probe_judge",
+                   help="the prompt: the teacher's question (TOOLRANK_AUDIT_QUESTION=tool) or a step of a plan (step)")
     r = sub.add_parser("read")
     r.add_argument("--dir", type=Path, required=True)
     r.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "audit_judge.json")
     r.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     if a.cmd == "items":
-        return items(a.out, a.per_kind, a.seed, a.batches)
+        return items(a.out, a.per_kind, a.seed, a.batches, a.question)
     return read(a.dir, a.out, a.seed)
 
 

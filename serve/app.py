@@ -179,7 +179,7 @@ def create_app(settings: Settings | None = None, *, pipeline: Any | None = None,
         from .audits import Auditor, check_endpoint
 
         check_endpoint(settings.audit_share)
-        state.auditor = Auditor(usage, settings.audit_share, settings.audit_daily_max)
+        state.auditor = Auditor(usage, settings.audit_share, settings.audit_daily_max, question=settings.audit_question)
 
     app = FastAPI(
         title="toolrank",

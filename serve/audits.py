@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 AUDIT_QUEUE = 256       # audits waiting for the endpoint at most; more are dropped (counted)
 FITS_AT = 0.5           # the judge's probability at or over which the first tool fits (as for probes)
+QUESTIONS = {"tool": "probe_judge",   # does the tool itself do what was asked (the probabilities' own question)
+             "step": "audit_step"}    # is it a right tool to call: for the request or one of its steps
 
 
 def drawn(tenant: str, request_id: str | None, share: float, salt: bytes = b"") -> bool:
@@ -84,7 +86,8 @@ def recalibration_args(settings: Any, tenant: Any, pipeline: Any) -> dict[str, A
         return None
     cal = getattr(pipeline, "catalog_calibration", None)
     prior = (float(cal.a), float(cal.b)) if cal is not None else None
-    return {"feedback": feedback, "audits": audits, "prior": prior, "model": getattr(pipeline, "model_key", None)}
+    return {"feedback": feedback, "audits": audits, "prior": prior, "model": getattr(pipeline, "model_key", None),
+            "question": getattr(settings, "audit_question", "tool")}
 
 
 def check_endpoint(share: float) -> None:
@@ -117,9 +120,12 @@ class Auditor:
     held (at least one): a busy tenant's audits are spread over the day, not spent in its first hour."""
 
     def __init__(self, book: Any, share: float, daily_max: int, client_factory: Callable[[], Any] | None = None,
-                 *, queue_max: int = AUDIT_QUEUE, attempts: int = 2, salt: bytes | None = None):
+                 *, queue_max: int = AUDIT_QUEUE, attempts: int = 2, salt: bytes | None = None, question: str = "tool"):
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"the audit share must be within [0, 1], got {share}")
+        if question not in QUESTIONS:
+            raise ValueError(f"the audit question must be one of {sorted(QUESTIONS)}, got {question!r}")
+        self.question = question
         if client_factory is None:
             from retrieval.index.examples import llm_client
 
@@ -202,7 +208,7 @@ class Auditor:
             if self._client is None:
                 self._client = self._factory()
             client = self._client
-        return ask(client, messages("probe_judge", request=job.request, tool=tool_text(job.tool)),
+        return ask(client, messages(QUESTIONS[self.question], request=job.request, tool=tool_text(job.tool)),
                    _probability, temperature=0.2, attempts=self.attempts)   # a retried reply is not the same reply
 
     def _work(self) -> None:
@@ -229,7 +235,7 @@ class Auditor:
                         {"at": time.time(), "request_id": job.request_id, "raw_best": round(job.raw_best, 6),
                          "fit": bool(p_yes >= FITS_AT), "p_yes": round(float(p_yes), 4),
                          "server": job.tool.server, "tool": job.tool.name, "index_version": job.version,
-                         "model": job.model})
+                         "model": job.model, "question": self.question})
                 except Exception:
                     with self._lock:
                         self.counts["failed"] += 1
@@ -251,7 +257,8 @@ class Auditor:
 
     def state(self) -> dict[str, Any]:
         with self._lock:
-            return {"share": self.share, "daily_max": self.daily_max, "waiting": self._queue.qsize(), **self.counts}
+            return {"share": self.share, "daily_max": self.daily_max, "question": self.question,
+                    "waiting": self._queue.qsize(), **self.counts}
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop taking audits; drop what waits; cancel the call in flight (its verdict is not written); close the
@@ -298,6 +305,8 @@ def recalibration_state(state: Any, name: str, tenant: Any = None) -> dict[str, 
         pipeline = engine.snapshot.pipeline if engine is not None else None
     except Exception:   # not ready yet: no catalog map to pull towards
         pipeline = None
-    asked = recalibration_args(settings, tenant, pipeline) or {"audits": False, "prior": None, "model": None}
+    asked = recalibration_args(settings, tenant, pipeline) or {"audits": False, "prior": None, "model": None,
+                                                               "question": "tool"}
     return state.usage.recalibration_state(name, settings.use_recalibration, settings.use_recalibration_min,
-                                           audits=asked["audits"], prior=asked["prior"], model=asked["model"])
+                                           audits=asked["audits"], prior=asked["prior"], model=asked["model"],
+                                           question=asked["question"])

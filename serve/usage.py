@@ -565,10 +565,12 @@ class UsageBook:
             y.append(float(offered[0][0] == e.get("server") and offered[0][1] == e.get("tool")))
         return p, y
 
-    def audit_observations(self, tenant: str, model: str | None = None) -> tuple[list[float], list[float]]:
+    def audit_observations(self, tenant: str, model: str | None = None,
+                           question: str | None = None) -> tuple[list[float], list[float]]:
         """The tenant's audits as recalibration evidence: each audited search's best probability before any
         map and 1 when the judge said its first tool fits, else 0 — the first audit of each request id, with
-        ``model`` only those measured with that scorer and release; the newest ``AUDITS_KEPT`` of them."""
+        ``model`` only those measured with that scorer and release, with ``question`` only those asked it
+        (``TOOLRANK_AUDIT_QUESTION``); the newest ``AUDITS_KEPT`` of them."""
         if not (self.root / tenant_folder(tenant)).exists():
             return [], []
         p: list[float] = []
@@ -578,6 +580,8 @@ class UsageBook:
             best, fit, rid = e.get("raw_best"), e.get("fit"), str(e.get("request_id"))
             if model is not None and e.get("model") != model:
                 continue
+            if question is not None and e.get("question", "tool") != question:   # another definition of a fit
+                continue
             if isinstance(best, (int, float)) and 0.0 <= best < 1.0 and isinstance(fit, bool) and rid not in seen:
                 seen.add(rid)
                 p.append(float(best))
@@ -586,7 +590,7 @@ class UsageBook:
 
     def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0, *,
                       feedback: bool = True, audits: bool = False, prior: tuple[float, float] | None = None,
-                      model: str | None = None) -> Any:
+                      model: str | None = None, question: str = "tool") -> Any:
         """The tenant's recalibration (:mod:`retrieval.pipeline.recalibration`), or None: from its audits
         (``audits``: at least ``min_observations`` of them; pulled towards ``prior``, the served catalog's own
         map, or the identity), else from its feedback (``feedback``: enough observations, and better than the
@@ -594,11 +598,11 @@ class UsageBook:
         audits measured with another are left out. Refitted when the tenant's files change (checked by their
         size and time), at most once per ``refit_s`` per tenant (the previous fit serves meanwhile); it reads the
         whole log, so call it off the event loop."""
-        return self._recalibration(tenant, min_observations, refit_s, feedback, audits, prior, model)[0]
+        return self._recalibration(tenant, min_observations, refit_s, feedback, audits, prior, model, question)[0]
 
     def _recalibration(self, tenant: str, min_observations: int, refit_s: float, feedback: bool = True,
                        audits: bool = False, prior: tuple[float, float] | None = None,
-                       model: str | None = None) -> tuple[Any, int, str | None]:
+                       model: str | None = None, question: str = "tool") -> tuple[Any, int, str | None]:
         """(the fit or None, the observations it rests on, "audits" or "feedback"), cached per tenant by its
         files' stamp and what is asked."""
         from retrieval.pipeline.recalibration import fit_audit_recalibration, fit_use_recalibration
@@ -613,7 +617,7 @@ class UsageBook:
                 key.append((st.st_size, st.st_mtime_ns))
             except OSError:
                 key.append(None)
-        asked = (min_observations, feedback, audits, prior, model)
+        asked = (min_observations, feedback, audits, prior, model, question)
         now = time.monotonic()
         with self._lock:   # one entry per question: the console's view and the searches do not evict each other
             cached = self._recalibrations.get((tenant, asked))
@@ -622,7 +626,7 @@ class UsageBook:
             return cached[1], cached[3], cached[4]
         fitted, n, source = None, 0, None
         if audits:
-            p, y = self.audit_observations(tenant, model)
+            p, y = self.audit_observations(tenant, model, question)
             # at most AUDITS_KEPT are kept: a larger minimum would never be reached
             if len(p) >= min(min_observations, AUDITS_KEPT):
                 fitted = fit_audit_recalibration(p, y, prior=prior or (1.0, 0.0),
@@ -641,13 +645,14 @@ class UsageBook:
 
     def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25, *,
                             audits: bool = False, prior: tuple[float, float] | None = None,
-                            model: str | None = None) -> dict[str, Any]:
+                            model: str | None = None, question: str = "tool") -> dict[str, Any]:
         """What :meth:`recalibration` rests on for ``tenant`` and what it fits, as of its files now (the same
         cache: refitted only when they changed since the last fit), so an operator sees what switching it on
         would do (``enabled``: the recalibration from feedback is on; ``audits``: this tenant's searches are
         audited)."""
-        fitted, evidence, source = self._recalibration(tenant, min_observations, 0.0, True, audits, prior, model)
-        p, y = self.audit_observations(tenant, model)
+        fitted, evidence, source = self._recalibration(tenant, min_observations, 0.0, True, audits, prior, model,
+                                                       question)
+        p, y = self.audit_observations(tenant, model, question)
         return {"enabled": enabled, "audits_on": audits, "evidence": evidence, "source": source,
                 "applied": fitted is not None and (source == "audits" or enabled),
                 "minimum": min_observations, "fitted": fitted is not None,
@@ -933,7 +938,8 @@ class GatewayUsage:
         if self.settings.audit_share > 0 and audit:   # the gateway's own searches audited (serve/audits.py)
             from .audits import Auditor
 
-            self.auditor = Auditor(self.book, self.settings.audit_share, self.settings.audit_daily_max)
+            self.auditor = Auditor(self.book, self.settings.audit_share, self.settings.audit_daily_max,
+                                   question=self.settings.audit_question)
 
     @classmethod
     def for_index(cls, index_dir: str | Path | None, *, learn: bool = True,

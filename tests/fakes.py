@@ -84,7 +84,7 @@ def probe_reply(system: str, user: str, judge_yes: float = 0.85, judged: list | 
     if system.startswith("# Writing an agent's one-line need"):
         request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
         return json.dumps({"need": request.removeprefix("please ").removesuffix(" for me")})
-    if system.startswith("# Does this tool do what the user asked?"):
+    if system.startswith(("# Does this tool do what the user asked?", "# Is this tool a right one to call")):
         request = user.split("The user's request:\n", 1)[1].split("\n", 1)[0]
         tool = re.search(r"^Tool: (.*)$", user, re.MULTILINE).group(1)
         if judged is not None:

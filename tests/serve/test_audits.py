@@ -288,3 +288,25 @@ def test_the_gateway_audits_its_own_searches_unless_its_tenant_opts_out(tmp_path
     quiet.offered("please send email for me", None, answer(raw=0.5), CATALOG)
     assert len(quiet.book.audit_observations(quiet.tenant)[0]) == 5
     assert quiet.recalibration(pipeline) is None               # opted out: the audits on disk are not read
+
+
+def test_the_step_question_is_asked_kept_and_read_apart(tmp_path):
+    """TOOLRANK_AUDIT_QUESTION=step asks whether the tool is a right one to call (the request or one of its steps);
+    its verdicts are kept with the question and a fit reads only the question asked now."""
+    book = UsageBook(tmp_path)
+    client = Recording(judge_yes=0.9)
+    step = Auditor(book, 1.0, 100, lambda: client, question="step")
+    assert step.offer(tenant(), "s1", "please send email for me and then archive it", answer(), CATALOG)
+    assert step.join(30)
+    assert client.sent[0][0]["content"].startswith("# Is this tool a right one to call")
+    assert book.tenant("acme").audits()[0]["question"] == "step" and step.state()["question"] == "step"
+    step.close()
+    tool = Auditor(book, 1.0, 100, lambda: ProbeClient(judge_yes=0.9))
+    assert tool.offer(tenant(), "t1", "please send email for me", answer(), CATALOG)
+    assert tool.join(30)
+    tool.close()
+    assert len(book.audit_observations("acme", question="step")[0]) == 1
+    assert len(book.audit_observations("acme", question="tool")[0]) == 1
+    assert len(book.audit_observations("acme")[0]) == 2
+    with pytest.raises(ValueError, match="audit question"):
+        Auditor(book, 1.0, 100, lambda: ProbeClient(), question="other")
