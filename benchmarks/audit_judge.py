@@ -32,7 +32,8 @@ from benchmarks.common import ROOT, markdown_table, stamp_line, write_result  # 
 MODE = "need"
 
 
-def items(out: Path, per_kind: int, seed: int, n_batches: int, question: str = "probe_judge") -> int:
+def items(out: Path, per_kind: int, seed: int, n_batches: int, question: str = "probe_judge",
+          which: str = "report") -> int:
     from benchmarks.catalog_calibration import first_fits
     from benchmarks.catalog_probes import _request_texts, judged_set
     from benchmarks.judged_flow import _Catalogs
@@ -40,14 +41,14 @@ def items(out: Path, per_kind: int, seed: int, n_batches: int, question: str = "
     from retrieval.jsonl import write_jsonl
     from retrieval.writing.prompting import load_prompt, tool_text
 
-    rows, fits, _ = judged_set("report")
+    rows, fits, _ = judged_set(which)
     rows = [r for r in rows if r.get("answerable") and r.get("mode") == MODE and r.get("tools1")
             and (r.get("right1") or fits(r) is not None)]
     catalogs, rng, chosen = _Catalogs(), random.Random(seed), []
     for kind in sorted({r["catalog"] for r in rows}):
         mine = sorted((r for r in rows if r["catalog"] == kind), key=lambda r: r["id"])
         chosen += rng.sample(mine, min(per_kind, len(mine)))
-    texts = _request_texts({r["id"] for r in chosen}, "report")
+    texts = _request_texts({r["id"] for r in chosen}, which)
     prompt = load_prompt(question)
     out.mkdir(parents=True, exist_ok=True)
     kept = []
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     i.add_argument("--per-kind", type=int, default=100)
     i.add_argument("--batches", type=int, default=4)
     i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--set", choices=("report", "fit"), default="report",
+                   help="the held-out kinds (report) or the fit catalogs (fit: where the default question is chosen)")
     i.add_argument("--question", choices=("probe_judge", "audit_step"), default="probe_judge",
                    help="the prompt: the teacher's question (TOOLRANK_AUDIT_QUESTION=tool) or a step of a plan (step)")
     r = sub.add_parser("read")
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     if a.cmd == "items":
-        return items(a.out, a.per_kind, a.seed, a.batches, a.question)
+        return items(a.out, a.per_kind, a.seed, a.batches, a.question, a.set)
     return read(a.dir, a.out, a.seed)
 
 
