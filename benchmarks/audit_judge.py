@@ -2,7 +2,7 @@
 
     python benchmarks/audit_judge.py items --out runs/audit_judge          # batches: the product's prompt, verbatim
     # judges (an LLM each) answer every item as the endpoint would -> answers_*.jsonl
-    python benchmarks/audit_judge.py read --dir runs/audit_judge --out benchmarks/results/audit_judge.json
+    python benchmarks/audit_judge.py read --dir benchmarks/data/audit_judge/tool --out benchmarks/results/audit_judge_tool.json
 
 An audit (``serve/audits.py``) asks the operator's endpoint ``retrieval/writing/prompts/probe_judge.md`` about one
 search's first tool; ``audit_recalibration.py`` simulated audits with the benchmarks' own verdicts (a labelled
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the prompt: the teacher's question (TOOLRANK_AUDIT_QUESTION=tool) or a step of a plan (step)")
     r = sub.add_parser("read")
     r.add_argument("--dir", type=Path, required=True)
-    r.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "audit_judge.json")
+    r.add_argument("--out", type=Path, required=True)
     r.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     if a.cmd == "items":
