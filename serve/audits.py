@@ -42,8 +42,8 @@ log = logging.getLogger(__name__)
 
 AUDIT_QUEUE = 256       # audits waiting for the endpoint at most; more are dropped (counted)
 FITS_AT = 0.5           # the judge's probability at or over which the first tool fits (as for probes)
-QUESTIONS = {"tool": "probe_judge",   # does the tool itself do what was asked (the probabilities' own question)
-             "step": "audit_step"}    # is it a right tool to call: for the request or one of its steps
+QUESTIONS = {"step": "audit_step",    # is it a right tool to call: for the request or one of its steps (default)
+             "tool": "probe_judge"}   # does the tool by itself do everything asked (the scorer's training question)
 
 
 def drawn(tenant: str, request_id: str | None, share: float, salt: bytes = b"") -> bool:
@@ -87,7 +87,7 @@ def recalibration_args(settings: Any, tenant: Any, pipeline: Any) -> dict[str, A
     cal = getattr(pipeline, "catalog_calibration", None)
     prior = (float(cal.a), float(cal.b)) if cal is not None else None
     return {"feedback": feedback, "audits": audits, "prior": prior, "model": getattr(pipeline, "model_key", None),
-            "question": getattr(settings, "audit_question", "tool")}
+            "question": getattr(settings, "audit_question", "step")}
 
 
 def check_endpoint(share: float) -> None:
@@ -120,7 +120,7 @@ class Auditor:
     held (at least one): a busy tenant's audits are spread over the day, not spent in its first hour."""
 
     def __init__(self, book: Any, share: float, daily_max: int, client_factory: Callable[[], Any] | None = None,
-                 *, queue_max: int = AUDIT_QUEUE, attempts: int = 2, salt: bytes | None = None, question: str = "tool"):
+                 *, queue_max: int = AUDIT_QUEUE, attempts: int = 2, salt: bytes | None = None, question: str = "step"):
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"the audit share must be within [0, 1], got {share}")
         if question not in QUESTIONS:
@@ -306,7 +306,7 @@ def recalibration_state(state: Any, name: str, tenant: Any = None) -> dict[str, 
     except Exception:   # not ready yet: no catalog map to pull towards
         pipeline = None
     asked = recalibration_args(settings, tenant, pipeline) or {"audits": False, "prior": None, "model": None,
-                                                               "question": "tool"}
+                                                               "question": "step"}
     return state.usage.recalibration_state(name, settings.use_recalibration, settings.use_recalibration_min,
                                            audits=asked["audits"], prior=asked["prior"], model=asked["model"],
                                            question=asked["question"])

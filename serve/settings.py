@@ -54,11 +54,12 @@ class RecalibrationSettings(BaseSettings):
                                          "TOOLRANK_USE_RECALIBRATION_MIN of them (docs/day-one.md). 0 (default) "
                                          "is off: an audit sends the request text, secrets masked, to that "
                                          "endpoint; a tenant opts out with audit = false.")
-    audit_question: Literal["tool", "step"] = Field(
-        "tool", description="What an audit asks about the first tool: tool (default) — does it itself do what the "
-                            "user asked (the question the probabilities answer); step — is it a right tool to call, "
-                            "for the request or one of its steps (for traffic of multi-step plans, where a tool "
-                            "for one step is what the agent needs; docs/day-one.md).")
+    audit_question: Literal["step", "tool"] = Field(
+        "step", description="What an audit asks about the first tool: step (default) — is it a right tool to call, "
+                            "for the request or one of its steps (what the agent acts on, and what the benchmarks' "
+                            "labels count: chosen on the fit catalogs, docs/day-one.md); tool — does it by itself "
+                            "do everything the user asked (the scorer's training question; far stricter on "
+                            "requests that are multi-step plans).")
     audit_daily_max: int = Field(
         200, ge=1, le=1_000_000, description="Audits a tenant gets per day and worker at most (each is one short "
                                              "reply of the LLM endpoint).")

@@ -580,7 +580,7 @@ class UsageBook:
             best, fit, rid = e.get("raw_best"), e.get("fit"), str(e.get("request_id"))
             if model is not None and e.get("model") != model:
                 continue
-            if question is not None and e.get("question", "tool") != question:   # another definition of a fit
+            if question is not None and e.get("question") != question:   # another definition of a fit
                 continue
             if isinstance(best, (int, float)) and 0.0 <= best < 1.0 and isinstance(fit, bool) and rid not in seen:
                 seen.add(rid)
@@ -590,7 +590,7 @@ class UsageBook:
 
     def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0, *,
                       feedback: bool = True, audits: bool = False, prior: tuple[float, float] | None = None,
-                      model: str | None = None, question: str = "tool") -> Any:
+                      model: str | None = None, question: str = "step") -> Any:
         """The tenant's recalibration (:mod:`retrieval.pipeline.recalibration`), or None: from its audits
         (``audits``: at least ``min_observations`` of them; pulled towards ``prior``, the served catalog's own
         map, or the identity), else from its feedback (``feedback``: enough observations, and better than the
@@ -602,7 +602,7 @@ class UsageBook:
 
     def _recalibration(self, tenant: str, min_observations: int, refit_s: float, feedback: bool = True,
                        audits: bool = False, prior: tuple[float, float] | None = None,
-                       model: str | None = None, question: str = "tool") -> tuple[Any, int, str | None]:
+                       model: str | None = None, question: str = "step") -> tuple[Any, int, str | None]:
         """(the fit or None, the observations it rests on, "audits" or "feedback"), cached per tenant by its
         files' stamp and what is asked."""
         from retrieval.pipeline.recalibration import fit_audit_recalibration, fit_use_recalibration
@@ -645,7 +645,7 @@ class UsageBook:
 
     def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25, *,
                             audits: bool = False, prior: tuple[float, float] | None = None,
-                            model: str | None = None, question: str = "tool") -> dict[str, Any]:
+                            model: str | None = None, question: str = "step") -> dict[str, Any]:
         """What :meth:`recalibration` rests on for ``tenant`` and what it fits, as of its files now (the same
         cache: refitted only when they changed since the last fit), so an operator sees what switching it on
         would do (``enabled``: the recalibration from feedback is on; ``audits``: this tenant's searches are

@@ -153,9 +153,9 @@ def test_what_the_fit_reads_of_the_audits_file(tmp_path, monkeypatch):
     book = UsageBook(tmp_path)
     usage = book.tenant("acme")
     for i in range(30):
-        usage.record_audit({"request_id": f"r{i}", "raw_best": 0.5, "fit": i % 3 != 0, "model": "m1"})
-    usage.record_audit({"request_id": "r0", "raw_best": 0.9, "fit": True, "model": "m1"})        # a replayed id
-    usage.record_audit({"request_id": "o1", "raw_best": 0.9, "fit": False, "model": "m0"})       # another scorer
+        usage.record_audit({"request_id": f"r{i}", "raw_best": 0.5, "fit": i % 3 != 0, "model": "m1", "question": "step"})
+    usage.record_audit({"request_id": "r0", "raw_best": 0.9, "fit": True, "model": "m1", "question": "step"})  # replayed
+    usage.record_audit({"request_id": "o1", "raw_best": 0.9, "fit": False, "model": "m0", "question": "step"})  # scorer
     with open(usage.audits_path, "a") as fh:
         fh.write('{"request_id": "torn", "raw_be\n[1, 2]\nnot json\n{"request_id": "half"')
     p, y = book.audit_observations("acme", "m1")
@@ -173,7 +173,7 @@ def test_what_the_fit_reads_of_the_audits_file(tmp_path, monkeypatch):
     capped = book.recalibration("acme", 50_000, 0.0, feedback=False, audits=True, model="m1")
     assert capped is not None and capped.observations <= 25
     monkeypatch.undo()
-    usage.record_audit({"request_id": "tail", "raw_best": 0.5, "fit": True, "model": "m1"})
+    usage.record_audit({"request_id": "tail", "raw_best": 0.5, "fit": True, "model": "m1", "question": "step"})
     assert book.audit_observations("acme", "m1")[0][-1] == 0.5   # appending after a torn line still works
 
 
@@ -291,8 +291,9 @@ def test_the_gateway_audits_its_own_searches_unless_its_tenant_opts_out(tmp_path
 
 
 def test_the_step_question_is_asked_kept_and_read_apart(tmp_path):
-    """TOOLRANK_AUDIT_QUESTION=step asks whether the tool is a right one to call (the request or one of its steps);
-    its verdicts are kept with the question and a fit reads only the question asked now."""
+    """TOOLRANK_AUDIT_QUESTION=step (the default) asks whether the tool is a right one to call (the request or one of
+    its steps), tool whether it does everything by itself; each verdict is kept with its question and a fit reads
+    only the question asked now."""
     book = UsageBook(tmp_path)
     client = Recording(judge_yes=0.9)
     step = Auditor(book, 1.0, 100, lambda: client, question="step")
@@ -301,7 +302,7 @@ def test_the_step_question_is_asked_kept_and_read_apart(tmp_path):
     assert client.sent[0][0]["content"].startswith("# Is this tool a right one to call")
     assert book.tenant("acme").audits()[0]["question"] == "step" and step.state()["question"] == "step"
     step.close()
-    tool = Auditor(book, 1.0, 100, lambda: ProbeClient(judge_yes=0.9))
+    tool = Auditor(book, 1.0, 100, lambda: ProbeClient(judge_yes=0.9), question="tool")
     assert tool.offer(tenant(), "t1", "please send email for me", answer(), CATALOG)
     assert tool.join(30)
     tool.close()
