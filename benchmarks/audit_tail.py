@@ -62,15 +62,10 @@ def audit_of(d: dict, judged: dict, rng: np.random.Generator) -> tuple[float, fl
 
 
 def fitted_shift(audits: list[tuple[float, float, bool]], base: float) -> float:
-    """The tenant's tail shift from its audits, starting from the catalog's level ``base``."""
-    from retrieval.pipeline.probes import MIN_TAIL, TAIL_EVIDENCE, fit_tail_shift, tail_evidence
+    """The tenant's tail shift from its audits, starting from the catalog's level ``base`` (the product's)."""
+    from retrieval.pipeline.probes import audit_tail_shift
 
-    if len(audits) < MIN_TAIL:
-        return base
-    moved = [(float(level(np.array([p]), base)[0]), w, f) for p, w, f in audits]
-    if tail_evidence(moved) >= TAIL_EVIDENCE:
-        return base
-    return base + fit_tail_shift(moved)
+    return audit_tail_shift(audits, base)
 
 
 def observed(d: dict, judged: dict) -> float:

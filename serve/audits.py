@@ -85,7 +85,7 @@ def recalibration_args(settings: Any, tenant: Any, pipeline: Any) -> dict[str, A
     if not (audits or feedback):
         return None
     cal = getattr(pipeline, "catalog_calibration", None)
-    prior = (float(cal.a), float(cal.b)) if cal is not None else None
+    prior = (float(cal.a), float(cal.b), float(getattr(cal, "tail_shift", 0.0))) if cal is not None else None
     return {"feedback": feedback, "audits": audits, "prior": prior, "model": getattr(pipeline, "model_key", None),
             "question": getattr(settings, "audit_question", "step")}
 
@@ -110,6 +110,9 @@ class _Job:
     raw_best: float
     version: Any
     model: str | None = None
+    pipeline: Any = None     # with it, one candidate past the head of the same search is judged too
+    need: str | None = None
+    eligible: Any = None
 
 
 class Auditor:
@@ -156,18 +159,23 @@ class Auditor:
         return True
 
     def offer(self, tenant: Any, request_id: str | None, request: str, result: Any, catalog: Any,
-              version: Any = None, model: str | None = None) -> bool:
+              version: Any = None, model: str | None = None, *, pipeline: Any = None, need: str | None = None,
+              eligible: Any = None) -> bool:
         """Queue an audit of ``result``'s first tool when this search is drawn (never blocks, never raises; True
         when queued). Not audited: a tenant that opted out, an answer without tools, a first tool a shortcut put
-        there (its number is a policy floor, not a probability)."""
+        there (its number is a policy floor, not a probability). With ``pipeline`` (and the search's ``need`` and
+        ``eligible`` tools), one candidate past its scored head is drawn uniformly, in the background, and judged
+        too (``probes.tail_candidates``: the tail's level from the tenant's own traffic)."""
         try:
-            return self._offer(tenant, request_id, request, result, catalog, version, model)
+            return self._offer(tenant, request_id, request, result, catalog, version, model, pipeline, need,
+                               eligible)
         except Exception:   # an audit must never fail the search it would have judged
             log.warning("a search could not be queued for an audit", exc_info=True)
             return False
 
     def _offer(self, tenant: Any, request_id: str | None, request: str, result: Any, catalog: Any,
-               version: Any, model: str | None) -> bool:
+               version: Any, model: str | None, pipeline: Any = None, need: str | None = None,
+               eligible: Any = None) -> bool:
         name = getattr(tenant, "name", tenant)
         if not getattr(tenant, "audit", True) or not drawn(name, request_id, self.share, self.salt):
             return False
@@ -179,7 +187,8 @@ class Auditor:
         tool = catalog.get(first.tool_id) if catalog is not None else None
         if tool is None or getattr(first, "source", "ranked") in ("exact_name", "always_available"):
             return False
-        job = _Job(name, str(request_id), redact_secrets(request), tool, float(raw), version, model)
+        job = _Job(name, str(request_id), redact_secrets(request), tool, float(raw), version, model, pipeline,
+                   redact_secrets(need) if need else None, eligible)
         with self._lock:
             if self._closed:
                 return False
@@ -197,7 +206,7 @@ class Auditor:
                 self._thread.start()
         return True
 
-    def _judge(self, job: _Job) -> float:
+    def _judge(self, job: _Job, tool: Tool | None = None) -> float:
         from retrieval.pipeline.probes import _probability
         from retrieval.writing.prompting import messages, tool_text
         from retrieval.writing.runner import ask
@@ -208,8 +217,34 @@ class Auditor:
             if self._client is None:
                 self._client = self._factory()
             client = self._client
-        return ask(client, messages(QUESTIONS[self.question], request=job.request, tool=tool_text(job.tool)),
+        return ask(client, messages(QUESTIONS[self.question], request=job.request, tool=tool_text(tool or job.tool)),
                    _probability, temperature=0.2, attempts=self.attempts)   # a retried reply is not the same reply
+
+    def _tail(self, job: _Job) -> dict[str, Any] | None:
+        """One candidate past the head of the job's search, judged: its shipped probability, the candidates it
+        stands for, the tool and the verdict; None without a pipeline, a tail, or a verdict."""
+        if job.pipeline is None:
+            return None
+        from retrieval.pipeline.probes import tail_candidates
+
+        try:
+            drawn_tail = tail_candidates(job.pipeline, job.request, job.need, m=1, eligible=job.eligible)
+            if not drawn_tail:
+                return None
+            _, tid, p, weight = drawn_tail[0]
+            tool = job.pipeline.index.catalog.get(tid)
+            if tool is None:
+                return None
+            p_yes = self._judge(job, tool)
+        except Exception as exc:   # the head's verdict is kept; this one is left out
+            with self._lock:
+                closed = self._closed
+            if not closed:
+                log.warning("the tail candidate of an audit of tenant %r could not be judged: %s", job.tenant,
+                            type(exc).__name__)
+            return None
+        return {"p": round(float(p), 8), "weight": round(float(weight), 3), "server": tid.server, "tool": tid.tool,
+                "fit": bool(p_yes >= FITS_AT), "p_yes": round(float(p_yes), 4)}
 
     def _work(self) -> None:
         while True:
@@ -227,6 +262,7 @@ class Auditor:
                         log.warning("an audit of tenant %r could not be judged: %s%s", job.tenant,
                                     type(exc).__name__, f" (status {exc.status})" if getattr(exc, "status", None) else "")
                     continue
+                tail = self._tail(job)
                 with self._lock:
                     if self._closed:   # stopping: nothing is written after close
                         continue
@@ -235,7 +271,7 @@ class Auditor:
                         {"at": time.time(), "request_id": job.request_id, "raw_best": round(job.raw_best, 6),
                          "fit": bool(p_yes >= FITS_AT), "p_yes": round(float(p_yes), 4),
                          "server": job.tool.server, "tool": job.tool.name, "index_version": job.version,
-                         "model": job.model, "question": self.question})
+                         "model": job.model, "question": self.question, **({"tail": tail} if tail else {})})
                 except Exception:
                     with self._lock:
                         self.counts["failed"] += 1

@@ -588,8 +588,30 @@ class UsageBook:
                 y.append(float(fit))
         return p[-AUDITS_KEPT:], y[-AUDITS_KEPT:]
 
+    def audit_tail_observations(self, tenant: str, model: str | None = None,
+                                question: str | None = None) -> list[tuple[float, float, bool]]:
+        """The candidates past the head the tenant's audits judged (``(shipped probability, candidates it stands
+        for, fits)``), read as :meth:`audit_observations` reads the head (one per request id, this scorer and
+        question, the newest ``AUDITS_KEPT``)."""
+        if not (self.root / tenant_folder(tenant)).exists():
+            return []
+        out: list[tuple[float, float, bool]] = []
+        seen: set[str] = set()
+        for e in self.tenant(tenant).audits():
+            tail, rid = e.get("tail"), str(e.get("request_id"))
+            if (model is not None and e.get("model") != model) or (question is not None and e.get("question") != question):
+                continue
+            if not isinstance(tail, dict) or rid in seen:
+                continue
+            p, w, fit = tail.get("p"), tail.get("weight"), tail.get("fit")
+            if isinstance(p, (int, float)) and 0.0 <= p < 1.0 and isinstance(w, (int, float)) and w > 0 \
+                    and isinstance(fit, bool):
+                seen.add(rid)
+                out.append((float(p), float(w), fit))
+        return out[-AUDITS_KEPT:]
+
     def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0, *,
-                      feedback: bool = True, audits: bool = False, prior: tuple[float, float] | None = None,
+                      feedback: bool = True, audits: bool = False, prior: tuple[float, ...] | None = None,
                       model: str | None = None, question: str = "step") -> Any:
         """The tenant's recalibration (:mod:`retrieval.pipeline.recalibration`), or None: from its audits
         (``audits``: at least ``min_observations`` of them; pulled towards ``prior``, the served catalog's own
@@ -601,10 +623,13 @@ class UsageBook:
         return self._recalibration(tenant, min_observations, refit_s, feedback, audits, prior, model, question)[0]
 
     def _recalibration(self, tenant: str, min_observations: int, refit_s: float, feedback: bool = True,
-                       audits: bool = False, prior: tuple[float, float] | None = None,
+                       audits: bool = False, prior: tuple[float, ...] | None = None,
                        model: str | None = None, question: str = "step") -> tuple[Any, int, str | None]:
         """(the fit or None, the observations it rests on, "audits" or "feedback"), cached per tenant by its
         files' stamp and what is asked."""
+        import dataclasses
+
+        from retrieval.pipeline.probes import MIN_TAIL, audit_tail_shift
         from retrieval.pipeline.recalibration import fit_audit_recalibration, fit_use_recalibration
 
         folder = self.root / tenant_folder(tenant)
@@ -629,9 +654,14 @@ class UsageBook:
             p, y = self.audit_observations(tenant, model, question)
             # at most AUDITS_KEPT are kept: a larger minimum would never be reached
             if len(p) >= min(min_observations, AUDITS_KEPT):
-                fitted = fit_audit_recalibration(p, y, prior=prior or (1.0, 0.0),
+                fitted = fit_audit_recalibration(p, y, prior=tuple(prior[:2]) if prior else (1.0, 0.0),
                                                  min_observations=min(min_observations, AUDITS_KEPT))
                 n, source = len(p), "audits"
+                tail = self.audit_tail_observations(tenant, model, question)
+                if fitted is not None and len(tail) >= MIN_TAIL:   # the tail's level from the same audits
+                    base = float(prior[2]) if prior and len(prior) > 2 else 0.0
+                    fitted = dataclasses.replace(fitted, tail_shift=audit_tail_shift(tail, base),
+                                                 tail_judged=len(tail), tail_fits=sum(1 for t in tail if t[2]))
         if source is None and feedback:
             p, y = self.use_observations(tenant)
             fitted = fit_use_recalibration(p, y, min_observations=min_observations) if p else None
@@ -644,7 +674,7 @@ class UsageBook:
         return fitted, n, source
 
     def recalibration_state(self, tenant: str, enabled: bool, min_observations: int = 25, *,
-                            audits: bool = False, prior: tuple[float, float] | None = None,
+                            audits: bool = False, prior: tuple[float, ...] | None = None,
                             model: str | None = None, question: str = "step") -> dict[str, Any]:
         """What :meth:`recalibration` rests on for ``tenant`` and what it fits, as of its files now (the same
         cache: refitted only when they changed since the last fit), so an operator sees what switching it on
@@ -657,7 +687,9 @@ class UsageBook:
                 "applied": fitted is not None and (source == "audits" or enabled),
                 "minimum": min_observations, "fitted": fitted is not None,
                 "a": fitted.a if fitted is not None else None, "b": fitted.b if fitted is not None else None,
-                "audited": len(p), "audited_fits": int(sum(y))}
+                "audited": len(p), "audited_fits": int(sum(y)),
+                "tail_shift": getattr(fitted, "tail_shift", None), "tail_judged": getattr(fitted, "tail_judged", 0),
+                "tail_fits": getattr(fitted, "tail_fits", 0)}
 
     def use_calibration(self, tenant: str, bins: int = 10) -> dict[str, Any]:
         """How calibrated the offered probabilities were on the tenant's real traffic.
@@ -819,6 +851,11 @@ class RecalibrationState(BaseModel):
     b: float | None = Field(None, description="The offset, when fitted.")
     audited: int = Field(0, ge=0, description="Audits kept for this tenant (searches whose first tool was judged).")
     audited_fits: int = Field(0, ge=0, description="Of them, those whose first tool the judge said fits.")
+    tail_shift: float | None = Field(None, description="From audits: the level of the candidates past the scored "
+                                                       "head (their shipped logit moved by this), when at least 20 "
+                                                       "audits judged one; None: the catalog's own level.")
+    tail_judged: int = Field(0, ge=0, description="Candidates past the head the audits judged (one per audit).")
+    tail_fits: int = Field(0, ge=0, description="Of them, those the judge said fit.")
 
 
 class UseCalibration(BaseModel):
@@ -974,7 +1011,8 @@ class GatewayUsage:
         if self.auditor is not None:
             self.auditor.close()
 
-    def offered(self, request: str, need: str | None, result: Any, catalog: Any = None, model: str | None = None) -> None:
+    def offered(self, request: str, need: str | None, result: Any, catalog: Any = None, model: str | None = None,
+                pipeline: Any = None, eligible: Any = None) -> None:
         """Remember a ``find_tools`` answer (with its first tool's probability before any recalibration,
         the evidence a later fit reads); audit it when drawn (``catalog``: where its first tool's card is)."""
         if result is None:
@@ -991,7 +1029,7 @@ class GatewayUsage:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
         if self.auditor is not None:
             self.auditor.offer(SimpleNamespace(name=self.tenant, audit=self.audit), rid, request, result, catalog,
-                               model=model)
+                               model=model, pipeline=pipeline, need=need, eligible=eligible)
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

@@ -304,11 +304,11 @@ class Pipeline:
 
     def _mapped(self, p: np.ndarray, mapping: Any, cal: Any, score_top: int | None,
                 read: bool) -> tuple[np.ndarray, np.ndarray]:
-        """``p`` (the shipped scale) read with ``mapping`` (the catalog's map ``cal`` or a tenant's, or None):
-        ``(key, shown)``. Past the head the cross-encoder ``read`` (the first ``score_top``) no map applies
-        (fitted on best probabilities, it says nothing about candidates at 0.0002); the tail shows the catalog's
-        own level (:meth:`~retrieval.pipeline.probes.CatalogCalibration.tail`; the shipped one without a
-        calibration). ``key`` is what the decision reads: the head as shown, the tail's level through the same
+        """``p`` (the shipped scale) read with ``mapping`` (the catalog's map or a tenant's, or None): ``(key,
+        shown)``. Past the head the cross-encoder ``read`` (the first ``score_top``) no map applies (fitted on best
+        probabilities, it says nothing about candidates at 0.0002); the tail shows ``cal``'s own level (the
+        catalog's, :meth:`~retrieval.pipeline.probes.CatalogCalibration.tail`, or a tenant's that its audits
+        measured; the shipped one without either). ``key`` is what the decision reads: the head as shown, the tail's level through the same
         map as the thresholds, so a tail tool joins an answer where its level passes the shipped floor (at the
         shipped level: as shipped); ``shown`` is what the answer says."""
         if not len(p):
@@ -482,7 +482,8 @@ class Pipeline:
                 probability and, with them, to the thresholds (the order and the decisions never change;
                 0.16.0: before, decisions read the recalibrated probabilities against the shipped thresholds).
                 It reads the shipped scale and supersedes the catalog's calibration (:attr:`catalog_calibration`)
-                for this search.
+                for this search; its ``tail_shift``, where its audits measured one (0.18.0), supersedes the
+                catalog's level of the candidates past the head too.
         Raises:
             ValueError: empty request, k < 1, unknown format.
         """
@@ -497,7 +498,9 @@ class Pipeline:
             req = dataclasses.replace(req, policy=mapping.policy(req.policy), tail_floor=req.policy.floor)
         found, hits, logits, probs = self._scored(req)
         raw = probs   # the shipped scale: a tenant's evidence stays comparable whatever map the catalog has
-        probs, shown = self._mapped(probs, mapping, cal, req.policy.score_top, logits is not None)
+        # the tail's level: the tenant's own where its audits measured one (0.18.0), else the catalog's
+        tail_cal = recalibration if getattr(recalibration, "tail_shift", None) is not None else cal
+        probs, shown = self._mapped(probs, mapping, tail_cal, req.policy.score_top, logits is not None)
         decided = decide_search(hits, probs, always=found.always, exact=found.exact, mentioned=found.mentioned,
                                 attempt=req.attempt, policy=req.policy, max_results=req.max_results,
                                 n_scored=req.policy.score_top if logits is not None else None)

@@ -515,6 +515,22 @@ def fit_tail_shift(tail: Sequence[tuple[float, float, bool]], prior_sd: float = 
                              weight=weight / weight.mean())[1]
 
 
+def audit_tail_shift(tail: Sequence[tuple[float, float, bool]], base: float = 0.0) -> float:
+    """A tenant's tail level from its audits (0.18.0): the candidates past the head its audited searches drew
+    (``(shipped probability, weight, fits)``, as a calibration's probes give them), read against the level it
+    has now (``base``: the catalog's ``tail_shift``, 0 without one). That level stays where it explains the
+    audits' fits (:func:`tail_evidence` at it, under ``TAIL_EVIDENCE``); else it moves by :func:`fit_tail_shift`
+    from there. Under ``MIN_TAIL`` audits: ``base``. Fits past rank 20 are about one in 5,000 outside catalogs of
+    interchangeable tools, so a level set too high by probes takes about a thousand audits to come down, one too
+    low on a model hub fifty (``benchmarks/audit_tail.py``)."""
+    if len(tail) < MIN_TAIL:
+        return float(base)
+    moved = [(float(platt(t[0], 1.0, base)), t[1], t[2]) for t in tail]
+    if tail_evidence(moved) >= TAIL_EVIDENCE:
+        return float(base)
+    return float(np.clip(base + fit_tail_shift(moved), -TAIL_SHIFT_MAX, TAIL_SHIFT_MAX))
+
+
 def fit_probes(searches: Sequence[tuple[float, bool]], model: str,
                min_searches: int = MIN_PROBES) -> CatalogCalibration | None:
     """The calibration of probe searches (``(best probability, whether its first tool fits)``); None under

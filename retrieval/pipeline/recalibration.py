@@ -64,11 +64,17 @@ def moved_policy(policy: "Policy", apply: Callable[[float], Any]) -> "Policy":
 
 @dataclass(frozen=True)
 class UseRecalibration:
-    """``q = sigmoid(a * logit(p) + b)`` with ``a > 0`` (the order of a tenant's tools never changes)."""
+    """``q = sigmoid(a * logit(p) + b)`` with ``a > 0`` (the order of a tenant's tools never changes); from audits
+    (0.18.0) also the level of the candidates past the scored head: their shipped logit moved by ``tail_shift``
+    (None: the catalog's own level, as without a recalibration), measured on ``tail_judged`` audited candidates
+    of which ``tail_fits`` fit."""
 
     a: float
     b: float
     observations: int = 0
+    tail_shift: float | None = None
+    tail_judged: int = 0
+    tail_fits: int = 0
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.a) and np.isfinite(self.b) and self.a > 0):
@@ -76,6 +82,10 @@ class UseRecalibration:
 
     def apply(self, p: np.ndarray | Sequence[float]) -> np.ndarray:
         return platt(p, self.a, self.b)
+
+    def tail(self, p: np.ndarray) -> np.ndarray:
+        """Candidates past the scored head at the tenant's own level (read only where ``tail_shift`` is set)."""
+        return platt(p, 1.0, self.tail_shift or 0.0)
 
     def policy(self, policy: "Policy") -> "Policy":
         """``policy`` with its thresholds moved through the same map: the same decisions (0.16.0)."""

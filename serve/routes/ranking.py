@@ -79,7 +79,8 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
                         raw_best=result.raw_best)
     if state.auditor is not None:   # drawn by request id, judged after the answer went out
         state.auditor.offer(tenant, request_id, body.request, result, snap.catalog, snap.version,
-                            getattr(pipeline, "model_key", None))
+                            getattr(pipeline, "model_key", None), pipeline=pipeline, need=body.need,
+                            eligible=tenant.eligibility)
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
     response.recalibrated_from = recalibration.observations if recalibration is not None else None

@@ -196,7 +196,8 @@ def test_real_use_calibration_comes_from_the_tenants_feedback(service):
     # the recalibration it supports: off by default, three pieces of evidence, under the minimum: no fit
     assert got["recalibration"] == {"enabled": False, "audits_on": False, "evidence": 3, "source": "feedback",
                                     "applied": False, "minimum": 25, "fitted": False, "a": None, "b": None,
-                                    "audited": 0, "audited_fits": 0}
+                                    "audited": 0, "audited_fits": 0, "tail_shift": None, "tail_judged": 0,
+                                    "tail_fits": 0}
     other = service.get("/v1/metrics/use", headers=key("all")).json()
     assert other["observations"] == 0                                   # another tenant sees only its own
     assert other["recalibration"]["evidence"] == 0

@@ -629,3 +629,58 @@ def test_an_explanation_states_the_floor_a_tail_tool_was_compared_with(tmp_path)
     assert tail and all("list floor 0.05" in t.explanation["reason"] for t in tail)   # the tail's own scale
     moved = pipe.catalog_calibration.policy(Policy()).floor
     assert all(f"list floor {moved:.3g}" in t.explanation["reason"] for t in head)
+
+
+def test_audits_set_a_tenants_tail_level_from_its_own_traffic(tmp_path):
+    """0.18.0: an audit also judges one candidate past the head of its search (drawn uniformly among the tools the
+    tenant may use); the tenant's tail level starts at the catalog's and moves only where the audits' fits
+    cannot come from it; a search with that recalibration shows the tail at the tenant's level, the head as
+    its map says."""
+    from fakes import ProbeClient
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.pipeline.probes import MIN_TAIL, audit_tail_shift
+    from retrieval.pipeline.recalibration import UseRecalibration
+    from serve.audits import Auditor
+    from serve.usage import UsageBook
+
+    # the level: kept under MIN_TAIL and where it explains the fits, moved where it cannot, from the catalog's
+    assert audit_tail_shift([(0.001, 90.0, True)] * (MIN_TAIL - 1), 1.5) == 1.5
+    assert audit_tail_shift([(0.001, 90.0, False)] * 200, 1.5) == 1.5
+    hub = [(0.001, 90.0, i % 4 == 0) for i in range(60)]           # a model hub: a quarter of the tail fits
+    assert audit_tail_shift(hub, 0.0) > 4.0 and audit_tail_shift(hub, 2.0) > 4.0
+    high = [(0.001, 90.0, False)] * 3000                           # probes set it far too high: it comes down
+    assert audit_tail_shift(high, 6.0) < 6.0
+
+    pipe = tail_pipeline(tmp_path)
+    book = UsageBook(tmp_path / "usage")
+    client = ProbeClient(judge_yes=0.9)
+    auditor = Auditor(book, 1.0, 1000, lambda: client)
+    result = pipe.search("weather forecast for a city")
+    allowed = Eligibility.of(servers=["Weather", "GitHub"])
+    for i in range(30):
+        assert auditor.offer(type("T", (), {"name": "acme", "audit": True})(), f"r{i}", "weather forecast for a city",
+                             result, pipe.index.catalog, 1, pipe.model_key, pipeline=pipe, need=None, eligible=allowed)
+    assert auditor.join(60)
+    auditor.close()
+    rows = book.tenant("acme").audits()
+    tails = [r["tail"] for r in rows if "tail" in r]
+    assert len(tails) == 30 and all(t["server"] in ("Weather", "GitHub") for t in tails)   # only what it may use
+    assert all(t["weight"] >= 1 and 0 <= t["p"] < 1 for t in tails)
+    obs = book.audit_tail_observations("acme", pipe.model_key, "step")
+    assert len(obs) == 30
+    fitted = book.recalibration("acme", 25, 0.0, feedback=False, audits=True, prior=(1.0, 0.0, 0.0),
+                                model=pipe.model_key, question="step")
+    assert fitted.tail_judged == 30 and fitted.tail_fits == sum(t["fit"] for t in tails)
+    assert fitted.tail_shift == audit_tail_shift(obs, 0.0)
+
+    # in a search: the tail at the tenant's level, the head through its map; without a tail shift, the catalog's
+    base = pipe.search("weather forecast for a city", k=10)
+    moved = pipe.search("weather forecast for a city", k=10,
+                        recalibration=UseRecalibration(1.0, 0.0, 30, tail_shift=5.0, tail_judged=30, tail_fits=9))
+    same = pipe.search("weather forecast for a city", k=10, recalibration=UseRecalibration(1.0, 0.0, 30))
+    head = {t.tool_id: t.probability for t in base.tools[:2]}
+    assert {t.tool_id: t.probability for t in moved.tools if t.tool_id in head} == pytest.approx(head)
+    past = [t for t in moved.tools if t.tool_id not in head]
+    before = {t.tool_id: t.probability for t in base.tools}
+    assert past and all(t.probability > before.get(t.tool_id, 0.0) for t in past)   # raised past the head
+    assert [(t.tool_id, t.probability) for t in same.tools] == [(t.tool_id, t.probability) for t in base.tools]
