@@ -1,19 +1,23 @@
-"""Audits: an unbiased sample of a tenant's searches, their first tool judged by the LLM endpoint (0.18.0).
+"""Audits: an unbiased sample of a tenant's searches, judged by the LLM endpoint (0.18.0).
 
 A recalibration learnt from feedback sees only what the agent chose to call — a search that proceeded has its
 first tool called whether it fits or not, a request no tool fits is seen only when it proceeds — and on the
 held-out catalogs that bias made it worse on three of seven kinds (``benchmarks/use_recalibration.py
 --biased``): it stays off by default. An audit is drawn **before** the outcome, from the request id alone
 (``TOOLRANK_AUDIT_SHARE`` of the searches, keyed with a secret of the deployment so a client cannot choose which;
-at most ``TOOLRANK_AUDIT_DAILY_MAX`` a tenant per day and worker, paced over the day so the sample stays
-spread over it),
-and asks the endpoint the calibration target's own question — would the first tool, called with suitable
-arguments, itself do what the user asked (``probe_judge``, the prompt a catalog's calibration judges with) —
-in the background, after the answer went out. Only the verdict is kept (``audits.jsonl`` in the tenant's usage
-folder: the best probability on the shipped scale, the first tool, yes or no; never the request's text). Once a
-tenant has ``TOOLRANK_USE_RECALIBRATION_MIN`` audits, its recalibration is fitted on them, pulled towards the
-served catalog's own map (``retrieval.pipeline.recalibration.fit_audit_recalibration``); thresholds move with
-it, so no decision changes (``benchmarks/audit_recalibration.py``).
+at most ``TOOLRANK_AUDIT_DAILY_MAX`` a tenant per day and worker, paced over the day so the sample stays spread
+over it). In the background, after the answer went out, the endpoint is asked about the search's first tool and
+about one candidate past its scored head (drawn uniformly among the ones the search itself read: the tenant's
+own tools, with its own policy) — two short replies an audit. ``TOOLRANK_AUDIT_QUESTION`` says what it asks:
+``step`` (the default) — is it a right tool to call, for the request or one of its steps; ``tool`` — does it by
+itself do everything asked (the prompt a catalog's calibration judges with). Only the verdicts are kept
+(``audits.jsonl`` in the tenant's usage folder: the probabilities on the shipped scale, the tools, yes or no,
+the question; never the request's text). Once a tenant has ``TOOLRANK_USE_RECALIBRATION_MIN`` audits, its
+recalibration is fitted on them, pulled towards the served catalog's own map
+(``retrieval.pipeline.recalibration.fit_audit_recalibration``), and with 20 judged tail candidates its level
+past the head starts at the catalog's and moves where they cannot come from it (``probes.audit_tail_shift``);
+thresholds move with the map, so no decision changes (``benchmarks/audit_recalibration.py``,
+``benchmarks/audit_tail.py``).
 
 The request goes to the operator's LLM endpoint (secrets masked first): audits are off unless the share is set,
 and a tenant opts out with ``audit = false`` in the tenants file. A judge that fails or cannot be reached costs
@@ -110,9 +114,7 @@ class _Job:
     raw_best: float
     version: Any
     model: str | None = None
-    pipeline: Any = None     # with it, one candidate past the head of the same search is judged too
-    need: str | None = None
-    eligible: Any = None
+    tail: Any = None         # one candidate past the head of the same search: (tool, shipped p, candidates it stands for)
 
 
 class Auditor:
@@ -159,23 +161,20 @@ class Auditor:
         return True
 
     def offer(self, tenant: Any, request_id: str | None, request: str, result: Any, catalog: Any,
-              version: Any = None, model: str | None = None, *, pipeline: Any = None, need: str | None = None,
-              eligible: Any = None) -> bool:
+              version: Any = None, model: str | None = None) -> bool:
         """Queue an audit of ``result``'s first tool when this search is drawn (never blocks, never raises; True
         when queued). Not audited: a tenant that opted out, an answer without tools, a first tool a shortcut put
-        there (its number is a policy floor, not a probability). With ``pipeline`` (and the search's ``need`` and
-        ``eligible`` tools), one candidate past its scored head is drawn uniformly, in the background, and judged
-        too (``probes.tail_candidates``: the tail's level from the tenant's own traffic)."""
+        there (its number is a policy floor, not a probability). One of the candidates past the head the search
+        itself read (``result.tail``: the tenant's own eligible tools, its own policy) is drawn too, uniformly by a
+        keyed hash of the request id, and judged with it: the tail's level from the tenant's own traffic."""
         try:
-            return self._offer(tenant, request_id, request, result, catalog, version, model, pipeline, need,
-                               eligible)
+            return self._offer(tenant, request_id, request, result, catalog, version, model)
         except Exception:   # an audit must never fail the search it would have judged
             log.warning("a search could not be queued for an audit", exc_info=True)
             return False
 
     def _offer(self, tenant: Any, request_id: str | None, request: str, result: Any, catalog: Any,
-               version: Any, model: str | None, pipeline: Any = None, need: str | None = None,
-               eligible: Any = None) -> bool:
+               version: Any, model: str | None) -> bool:
         name = getattr(tenant, "name", tenant)
         if not getattr(tenant, "audit", True) or not drawn(name, request_id, self.share, self.salt):
             return False
@@ -187,8 +186,8 @@ class Auditor:
         tool = catalog.get(first.tool_id) if catalog is not None else None
         if tool is None or getattr(first, "source", "ranked") in ("exact_name", "always_available"):
             return False
-        job = _Job(name, str(request_id), redact_secrets(request), tool, float(raw), version, model, pipeline,
-                   redact_secrets(need) if need else None, eligible)
+        job = _Job(name, str(request_id), redact_secrets(request), tool, float(raw), version, model,
+                   self._tail_of(name, str(request_id), getattr(result, "tail", ()) or (), catalog))
         with self._lock:
             if self._closed:
                 return False
@@ -220,30 +219,35 @@ class Auditor:
         return ask(client, messages(QUESTIONS[self.question], request=job.request, tool=tool_text(tool or job.tool)),
                    _probability, temperature=0.2, attempts=self.attempts)   # a retried reply is not the same reply
 
-    def _tail(self, job: _Job) -> dict[str, Any] | None:
-        """One candidate past the head of the job's search, judged: its shipped probability, the candidates it
-        stands for, the tool and the verdict; None without a pipeline, a tail, or a verdict."""
-        if job.pipeline is None:
+    def _tail_of(self, tenant: str, request_id: str, rows: Any, catalog: Any) -> tuple[Tool, float, int] | None:
+        """One of a search's candidates past the head, drawn uniformly by a keyed hash of the tenant and the
+        request id (a repeated request draws afresh; a client cannot choose), with its card, shipped probability
+        and the number of candidates it stands for; None without a tail."""
+        rows = list(rows)
+        if not rows or catalog is None:
             return None
-        from retrieval.pipeline.probes import tail_candidates
+        h = hashlib.blake2b(f"{tenant}\0{request_id}".encode(), key=self.salt[:64], digest_size=8,
+                            person=b"toolrank-tail").digest()
+        tid, p = rows[int.from_bytes(h, "big") % len(rows)]
+        tool = catalog.get(tid)
+        return (tool, float(p), len(rows)) if tool is not None else None
 
+    def _tail(self, job: _Job) -> dict[str, Any] | None:
+        """The job's tail candidate judged: its shipped probability, the candidates it stands for, the tool and the
+        verdict; None without one, or when it could not be judged (the head's verdict is kept either way)."""
+        if job.tail is None:
+            return None
+        tool, p, weight = job.tail
         try:
-            drawn_tail = tail_candidates(job.pipeline, job.request, job.need, m=1, eligible=job.eligible)
-            if not drawn_tail:
-                return None
-            _, tid, p, weight = drawn_tail[0]
-            tool = job.pipeline.index.catalog.get(tid)
-            if tool is None:
-                return None
             p_yes = self._judge(job, tool)
-        except Exception as exc:   # the head's verdict is kept; this one is left out
+        except Exception as exc:
             with self._lock:
                 closed = self._closed
             if not closed:
                 log.warning("the tail candidate of an audit of tenant %r could not be judged: %s", job.tenant,
                             type(exc).__name__)
             return None
-        return {"p": round(float(p), 8), "weight": round(float(weight), 3), "server": tid.server, "tool": tid.tool,
+        return {"p": round(p, 8), "weight": weight, "server": tool.server, "tool": tool.name,
                 "fit": bool(p_yes >= FITS_AT), "p_yes": round(float(p_yes), 4)}
 
     def _work(self) -> None:

@@ -665,14 +665,14 @@ class Gateway:
                 if self.pipeline is None:
                     return None
                 catalog = self.index.catalog if self.index is not None else None
-                pipeline, model = self.pipeline, getattr(self.pipeline, "model_key", None)
+                model = getattr(self.pipeline, "model_key", None)
                 learned = self.usage.learned() if self.usage is not None else None
                 result = self.pipeline.search(request, need, eligible=self.eligible, previous=previous,
                                               explain=True, fmt="mcp", policy=self.policy,
                                               **({"learned": learned} if learned else {}),
                                               **({"recalibration": recalibration} if recalibration else {}))
             if self.usage is not None:
-                self.usage.offered(request, need, result, catalog, model, pipeline, self.eligible)
+                self.usage.offered(request, need, result, catalog, model)
             return result
         result = await anyio.to_thread.run_sync(search)
         if result is not None and attempt < 2:

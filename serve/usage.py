@@ -1011,8 +1011,7 @@ class GatewayUsage:
         if self.auditor is not None:
             self.auditor.close()
 
-    def offered(self, request: str, need: str | None, result: Any, catalog: Any = None, model: str | None = None,
-                pipeline: Any = None, eligible: Any = None) -> None:
+    def offered(self, request: str, need: str | None, result: Any, catalog: Any = None, model: str | None = None) -> None:
         """Remember a ``find_tools`` answer (with its first tool's probability before any recalibration,
         the evidence a later fit reads); audit it when drawn (``catalog``: where its first tool's card is)."""
         if result is None:
@@ -1029,7 +1028,7 @@ class GatewayUsage:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
         if self.auditor is not None:
             self.auditor.offer(SimpleNamespace(name=self.tenant, audit=self.audit), rid, request, result, catalog,
-                               model=model, pipeline=pipeline, need=need, eligible=eligible)
+                               model=model)
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

@@ -523,6 +523,11 @@ class Pipeline:
             first = decided.chosen[0][0]
             result = dataclasses.replace(result, raw_best=next((float(raw[i]) for i, h in enumerate(hits)
                                                                 if h.tool_id == first), None))
+        top = req.policy.score_top
+        if logits is not None and self.tail_calibration is not None and top is not None and top < len(hits):
+            lifted = {*found.exact, *found.always}   # shown at a shortcut's floor, not at the tail's level
+            result = dataclasses.replace(result, tail=tuple((h.tool_id, float(raw[i])) for i, h in enumerate(hits)
+                                                            if i >= top and h.tool_id not in lifted))
         log.debug("search: %s best=%.3f attempt=%d in %.1f ms", result.decision, decided.best, req.attempt,
                   (time.perf_counter() - t0) * 1e3)
         return result

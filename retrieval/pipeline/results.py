@@ -51,3 +51,6 @@ class SearchResult:
     # the first tool's probability before a tenant's recalibration from use; None when the first tool is a
     # shortcut (always available, named exactly) rather than a calibrated candidate: the evidence a later fit reads
     raw_best: float | None = None
+    # the candidates past the head the cross-encoder read, with their shipped probabilities (shortcut tools left
+    # out; empty without a tail of its own): what an audit draws its tail candidate from (serve/audits.py, 0.18.0)
+    tail: tuple[tuple[ToolId, float], ...] = field(default=(), repr=False, compare=False)

@@ -198,5 +198,6 @@ def ask(client: ChatClient, messages: list[dict[str, str]], parse: Callable[[str
             if attempt + 1 >= attempts:
                 raise ContentError(f"{exc} (after {attempts} attempts; the model may not follow the "
                                    "prompt, try another --model)") from None
-            logger.info("unusable reply, asking again: %s", exc)
+            logger.info("unusable reply, asking again")   # the reply itself may echo a user's request:
+            logger.debug("the unusable reply: %s", exc)    # only at debug
     raise AssertionError("unreachable")

@@ -79,8 +79,7 @@ async def search(body: SearchRequest, request: Request, state: AppState, tenant:
                         raw_best=result.raw_best)
     if state.auditor is not None:   # drawn by request id, judged after the answer went out
         state.auditor.offer(tenant, request_id, body.request, result, snap.catalog, snap.version,
-                            getattr(pipeline, "model_key", None), pipeline=pipeline, need=body.need,
-                            eligible=tenant.eligibility)
+                            getattr(pipeline, "model_key", None))
     response = _search_response(result, snap, body.explain, await view_version(snap, tenant))
     response.request_id = request_id
     response.recalibrated_from = recalibration.observations if recalibration is not None else None
@@ -140,12 +139,13 @@ def _visible_result(result: SearchResult, tenant: Tenant, snap: Snapshot) -> Sea
     tools = [t for t in result.tools if tenant.eligibility.allows(t.tool_id)]
     suggestions = [s for s in result.suggestions if s not in deployment or s in public or tenant.sees_server(s)]
     restricted = [s for s in result.restricted_to if tenant.sees_server(s)]
+    tail = tuple(row for row in result.tail if tenant.eligibility.allows(row[0]))   # what an audit may draw
     if len(tools) == len(result.tools) and suggestions == result.suggestions and restricted == result.restricted_to:
-        return result
+        return result if len(tail) == len(result.tail) else dataclasses.replace(result, tail=tail)
     log.warning("search result named servers or tools outside tenant %r's eligibility; removed them", tenant.name)
     # the first tool left decides, as in the pipeline (the order puts the read candidates first)
     best = result.best_probability if len(tools) == len(result.tools) else next((t.probability for t in tools), 0.0)
-    return dataclasses.replace(result, tools=tools, suggestions=suggestions, restricted_to=restricted,
+    return dataclasses.replace(result, tools=tools, suggestions=suggestions, restricted_to=restricted, tail=tail,
                                best_probability=best, message=_GENERIC_MESSAGES.get(result.decision, ""),
                                raw_best=result.raw_best if len(tools) == len(result.tools) else None)
 

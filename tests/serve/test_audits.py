@@ -311,3 +311,54 @@ def test_the_step_question_is_asked_kept_and_read_apart(tmp_path):
     assert len(book.audit_observations("acme")[0]) == 2
     with pytest.raises(ValueError, match="audit question"):
         Auditor(book, 1.0, 100, lambda: ProbeClient(), question="other")
+
+
+def test_a_restricted_tenants_audits_judge_only_its_own_tools(tmp_path, monkeypatch):
+    """Over HTTP: the tail candidates an audit judges come from the tenant's own search (its servers only)."""
+    from fakes import FakeScorer, HashEncoder, tiny_catalog
+    from real_app import ACME
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.pipeline.confidence import ConfidenceModel, TailCalibration
+    from retrieval.pipeline.decision import Policy
+    from retrieval.pipeline.flow import Pipeline
+
+    logit = ConfidenceModel(("logit",), (1.0,), 0.0, (0.0,), (1.0,))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "combiner-noex.json").write_text(json.dumps(logit.to_dict()))
+    TailCalibration(a=-4.0, b=0.0, c=-0.5, d=0.0).save(tmp_path / "m" / "tail_calibration.json")
+    pipe = Pipeline(ToolIndex(tiny_catalog(), HashEncoder(), with_examples=False),
+                    FakeScorer({}, default=0.3, path=tmp_path / "m"), policy=Policy(score_top=2))
+    assert pipe.tail_calibration is not None
+    monkeypatch.setenv("TOOLRANK_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("TOOLRANK_LLM_MODEL", "judge")
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: ProbeClient(judge_yes=0.9))
+    c = real_client(tmp_path, pipeline=pipe, audit_share=1.0, audit_daily_max=24_000)
+    try:
+        for i in range(12):
+            r = c.post("/v1/search", json={"request": f"search the logs and issues {i}"}, headers=key("acme"))
+            assert r.status_code == 200, r.text
+        assert c.app.state.toolrank.auditor.join(30)
+        rows = c.app.state.toolrank.usage.tenant("acme").audits()
+        tails = [r["tail"] for r in rows if "tail" in r]
+        assert len(rows) == 12 and len(tails) >= 6 and all(t["server"] in ACME for t in tails)
+        assert all(r["server"] in ACME for r in rows)
+    finally:
+        c.__exit__(None, None, None)
+
+
+def test_tail_rows_naming_a_hidden_tool_never_reach_an_audit():
+    """Defence in depth: were a pipeline to leak, the tail rows an audit draws from keep the tenant's tools only."""
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.pipeline.results import ScoredTool, SearchResult
+    from serve.routes.ranking import _visible_result
+    from serve.tenants import Tenant
+
+    who = Tenant("acme", Eligibility.of(servers=["Mail"]))
+    snap = SimpleNamespace(catalog=SimpleNamespace(servers=["Mail", "Files"]), pipeline=SimpleNamespace())
+    mail, hidden = ToolId("Mail", "send_email"), ToolId("Files", "read_file")
+    leaky = SearchResult("proceed", [ScoredTool(mail, 0.9, 1, "ranked")], 0.9, 1, tail=((hidden, 0.01), (mail, 0.02)))
+    assert _visible_result(leaky, who, snap).tail == ((mail, 0.02),)
+    both = SearchResult("proceed", [ScoredTool(mail, 0.9, 1, "ranked"), ScoredTool(hidden, 0.5, 2, "ranked")], 0.9, 1,
+                        tail=((hidden, 0.01),))
+    shown = _visible_result(both, who, snap)
+    assert shown.tail == () and [t.tool_id for t in shown.tools] == [mail]

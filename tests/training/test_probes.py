@@ -632,15 +632,16 @@ def test_an_explanation_states_the_floor_a_tail_tool_was_compared_with(tmp_path)
 
 
 def test_audits_set_a_tenants_tail_level_from_its_own_traffic(tmp_path):
-    """0.18.0: an audit also judges one candidate past the head of its search (drawn uniformly among the tools the
-    tenant may use); the tenant's tail level starts at the catalog's and moves only where the audits' fits
-    cannot come from it; a search with that recalibration shows the tail at the tenant's level, the head as
-    its map says."""
+    """0.18.0: a search keeps the candidates past the head it read (``SearchResult.tail``: eligible tools only,
+    shortcut tools left out); an audit judges one of them, drawn by a keyed hash of the request id (a repeated
+    request draws afresh); the tenant's tail level starts at the catalog's and moves only where the audits' fits
+    cannot come from it; a search with that recalibration shows the tail at the tenant's level, the head through
+    its map."""
     from fakes import ProbeClient
     from retrieval.catalog.eligibility import Eligibility
     from retrieval.pipeline.probes import MIN_TAIL, audit_tail_shift
-    from retrieval.pipeline.recalibration import UseRecalibration
-    from serve.audits import Auditor
+    from retrieval.pipeline.recalibration import UseRecalibration, platt
+    from serve.audits import Auditor, recalibration_args
     from serve.usage import UsageBook
 
     # the level: kept under MIN_TAIL and where it explains the fits, moved where it cannot, from the catalog's
@@ -652,35 +653,48 @@ def test_audits_set_a_tenants_tail_level_from_its_own_traffic(tmp_path):
     assert audit_tail_shift(high, 6.0) < 6.0
 
     pipe = tail_pipeline(tmp_path)
+    allowed = Eligibility.of(servers=["Weather", "GitHub", "Elasticsearch"])
+    result = pipe.search("weather forecast for a city", eligible=allowed)
+    head = {t.tool_id for t in result.tools[:2]}
+    assert result.tail and all(allowed.allows(t) and t not in head for t, _ in result.tail)
+    named = pipe.search("weather forecast and get_shards")            # a tool named exactly: never a tail row
+    assert ToolId("Elasticsearch", "get_shards") not in {t for t, _ in named.tail}
+    assert Pipeline(pipe.index, None).search("weather forecast for a city").tail == ()   # no scorer: no tail read
+
     book = UsageBook(tmp_path / "usage")
     client = ProbeClient(judge_yes=0.9)
     auditor = Auditor(book, 1.0, 1000, lambda: client)
-    result = pipe.search("weather forecast for a city")
-    allowed = Eligibility.of(servers=["Weather", "GitHub"])
-    for i in range(30):
-        assert auditor.offer(type("T", (), {"name": "acme", "audit": True})(), f"r{i}", "weather forecast for a city",
-                             result, pipe.index.catalog, 1, pipe.model_key, pipeline=pipe, need=None, eligible=allowed)
+    who = type("T", (), {"name": "acme", "audit": True})()
+    for i in range(30):   # one request, asked again and again
+        assert auditor.offer(who, f"r{i}", "weather forecast for a city", result, pipe.index.catalog, 1, pipe.model_key)
     assert auditor.join(60)
     auditor.close()
-    rows = book.tenant("acme").audits()
-    tails = [r["tail"] for r in rows if "tail" in r]
-    assert len(tails) == 30 and all(t["server"] in ("Weather", "GitHub") for t in tails)   # only what it may use
-    assert all(t["weight"] >= 1 and 0 <= t["p"] < 1 for t in tails)
+    tails = [r["tail"] for r in book.tenant("acme").audits() if "tail" in r]
+    assert len(tails) == 30 and len({(t["server"], t["tool"]) for t in tails}) > 3    # drawn afresh each time
+    assert all(allowed.allows((t["server"], t["tool"])) for t in tails)
+    assert all(t["weight"] == len(result.tail) and 0 <= t["p"] < 1 for t in tails)
     obs = book.audit_tail_observations("acme", pipe.model_key, "step")
-    assert len(obs) == 30
-    fitted = book.recalibration("acme", 25, 0.0, feedback=False, audits=True, prior=(1.0, 0.0, 0.0),
+    assert len(obs) == 30 and book.audit_tail_observations("acme", pipe.model_key, "tool") == []
+    fitted = book.recalibration("acme", 25, 0.0, feedback=False, audits=True, prior=(1.0, 0.0, 2.0),
                                 model=pipe.model_key, question="step")
     assert fitted.tail_judged == 30 and fitted.tail_fits == sum(t["fit"] for t in tails)
-    assert fitted.tail_shift == audit_tail_shift(obs, 0.0)
+    assert fitted.tail_shift == audit_tail_shift(obs, 2.0)            # from the catalog's level, not the shipped one
+    cal = CatalogCalibration(0.9, 0.3, 40, 30, 0.6, pipe.model_key, tail_shift=1.5)
+    args = recalibration_args(type("S", (), {"audit_share": 0.1, "use_recalibration": False})(), who,
+                              type("P", (), {"catalog_calibration": cal, "model_key": "m"})())
+    assert args["prior"] == (0.9, 0.3, 1.5) and args["audits"]
 
-    # in a search: the tail at the tenant's level, the head through its map; without a tail shift, the catalog's
+    # in a search: past the head the tenant's level on the shipped scale, the head through the tenant's map
     base = pipe.search("weather forecast for a city", k=10)
-    moved = pipe.search("weather forecast for a city", k=10,
-                        recalibration=UseRecalibration(1.0, 0.0, 30, tail_shift=5.0, tail_judged=30, tail_fits=9))
+    recal = UseRecalibration(0.7, -0.5, 30, tail_shift=5.0, tail_judged=30, tail_fits=9)
+    moved = pipe.search("weather forecast for a city", k=10, recalibration=recal)
+    shipped = dict(base.tail)
+    for t in moved.tools:
+        if t.tool_id in shipped:
+            assert t.probability == pytest.approx(float(platt(shipped[t.tool_id], 1.0, 5.0)), rel=1e-6)
+    first = base.tools[0]
+    assert moved.tools[0].probability == pytest.approx(float(recal.apply(base.raw_best)), rel=1e-6)
+    assert any(t.tool_id in shipped for t in moved.tools)
     same = pipe.search("weather forecast for a city", k=10, recalibration=UseRecalibration(1.0, 0.0, 30))
-    head = {t.tool_id: t.probability for t in base.tools[:2]}
-    assert {t.tool_id: t.probability for t in moved.tools if t.tool_id in head} == pytest.approx(head)
-    past = [t for t in moved.tools if t.tool_id not in head]
-    before = {t.tool_id: t.probability for t in base.tools}
-    assert past and all(t.probability > before.get(t.tool_id, 0.0) for t in past)   # raised past the head
     assert [(t.tool_id, t.probability) for t in same.tools] == [(t.tool_id, t.probability) for t in base.tools]
+    assert first.tool_id == moved.tools[0].tool_id
