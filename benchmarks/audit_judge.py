@@ -17,7 +17,6 @@ as ``audit_recalibration.py`` does, on these rows).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ROOT, markdown_table, stamp_line, write_result  # noqa: E402
+from benchmarks.common import markdown_table, stamp_line, write_result  # noqa: E402
 
 MODE = "need"
 

@@ -25,7 +25,6 @@ operator's endpoint; searches are read as the first searches of the agent flow.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
