@@ -362,3 +362,33 @@ def test_tail_rows_naming_a_hidden_tool_never_reach_an_audit():
                         tail=((hidden, 0.01),))
     shown = _visible_result(both, who, snap)
     assert shown.tail == () and [t.tool_id for t in shown.tools] == [mail]
+
+
+def test_a_tenant_opts_out_in_the_tenants_file(tmp_path, monkeypatch):
+    """``audit = false``: none of its searches is drawn, over HTTP, while another tenant's are."""
+    from testkit import tenants_toml
+
+    from serve.app import create_app
+    from serve.settings import Settings
+    from serve.tenants import load_tenants
+    from fastapi.testclient import TestClient
+    from real_app import real_pipeline
+    from serve_fakes import wait_ready
+
+    path = tmp_path / "tenants.toml"
+    path.write_text(tenants_toml({"name": "quiet", "key": "k-quiet", "servers": "*", "audit": False},
+                                 {"name": "open", "key": "k-open", "servers": "*"}))
+    tenants = {t.name: t for t in load_tenants(path).all()}
+    assert tenants["quiet"].audit is False and tenants["open"].audit is True
+    monkeypatch.setenv("TOOLRANK_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("TOOLRANK_LLM_MODEL", "judge")
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: ProbeClient(judge_yes=0.9))
+    app = create_app(Settings(config=path, index_dir=tmp_path / "store", audit_share=1.0), pipeline=real_pipeline())
+    with TestClient(app) as c:
+        wait_ready(c)
+        for who in ("quiet", "open"):
+            r = c.post("/v1/search", json={"request": "search github issues"}, headers={"Authorization": f"Bearer k-{who}"})
+            assert r.status_code == 200, r.text
+        assert app.state.toolrank.auditor.join(30)
+        usage = app.state.toolrank.usage
+        assert usage.tenant("quiet").audits() == [] and len(usage.tenant("open").audits()) == 1
