@@ -261,3 +261,32 @@ def test_one_gateway_at_a_time_probes_a_configuration(tmp_path):
             assert first is True and second is False
     with _probe_lock(cache) as again:
         assert again is True                         # released with the run
+
+
+@run
+async def test_the_gateway_audits_its_own_find_tools_within_its_servers(tmp_path, monkeypatch):
+    """TOOLRANK_AUDIT_SHARE on the gateway: find_tools answers are audited in the background (the first tool of
+    the gateway's own eligible servers, no request text kept), and its recalibration reads them."""
+    import retrieval.index.examples as ix
+    from fakes import ProbeClient
+
+    monkeypatch.setenv("TOOLRANK_AUDIT_SHARE", "1")
+    monkeypatch.setenv("TOOLRANK_USE_RECALIBRATION_MIN", "5")
+    monkeypatch.setenv("TOOLRANK_USE_RECALIBRATION_REFIT_S", "0")
+    judge = ProbeClient(judge_yes=0.9)
+    monkeypatch.setattr(ix, "llm_client", lambda concurrency=4: judge)
+    index = ToolIndex.build(tiny_catalog(), encoder=HashEncoder())
+    eligible = gateway_eligibility(None, ["Weather", "Slack"])
+    async with in_process(index=index, eligible=eligible, index_dir=tmp_path / "idx") as (gw, client):
+        for i in range(6):
+            found = payload(await client.call_tool(FIND_TOOLS, {"request": f"list channels of a workspace {i}"}))
+            assert found["decision"] == "proceed"
+        assert gw.usage is not None and gw.usage.auditor.join(30)
+        rows = gw.usage.book.tenant(gw.usage.tenant).audits()
+        assert len(rows) == 6 and all(r["server"] in ("Weather", "Slack") for r in rows)
+        assert all(r["model"] == gw.pipeline.model_key and r["question"] == "step" for r in rows)
+        folder = gw.usage.book.root
+        assert not any("workspace" in p.read_text(errors="ignore") for p in folder.rglob("audits.jsonl"))
+        fitted = gw.usage.recalibration(gw.pipeline)
+        assert fitted is not None and fitted.observations == 6
+    assert judge.closed
