@@ -223,12 +223,12 @@ class Auditor:
         """One of a search's candidates past the head, drawn uniformly by a keyed hash of the tenant and the
         request id (a repeated request draws afresh; a client cannot choose), with its card, shipped probability
         and the number of candidates it stands for; None without a tail."""
+        from retrieval.pipeline.probes import tail_draw
+
         rows = list(rows)
         if not rows or catalog is None:
             return None
-        h = hashlib.blake2b(f"{tenant}\0{request_id}".encode(), key=self.salt[:64], digest_size=8,
-                            person=b"toolrank-tail").digest()
-        tid, p = rows[int.from_bytes(h, "big") % len(rows)]
+        tid, p = rows[tail_draw(f"{self.salt.hex()}\0{tenant}\0{request_id}", len(rows), 1)[0]]
         tool = catalog.get(tid)
         return (tool, float(p), len(rows)) if tool is not None else None
 

@@ -565,50 +565,44 @@ class UsageBook:
             y.append(float(offered[0][0] == e.get("server") and offered[0][1] == e.get("tool")))
         return p, y
 
-    def audit_observations(self, tenant: str, model: str | None = None,
-                           question: str | None = None) -> tuple[list[float], list[float]]:
-        """The tenant's audits as recalibration evidence: each audited search's best probability before any
-        map and 1 when the judge said its first tool fits, else 0 — the first audit of each request id, with
-        ``model`` only those measured with that scorer and release, with ``question`` only those asked it
-        (``TOOLRANK_AUDIT_QUESTION``); the newest ``AUDITS_KEPT`` of them."""
+    def _audit_evidence(self, tenant: str, model: str | None = None, question: str | None = None
+                        ) -> tuple[list[float], list[float], list[tuple[float, float, bool]]]:
+        """The tenant's audits read once: the first tools' evidence (best probability before any map, 1 when the
+        judge said it fits) and the tail candidates' (shipped probability, candidates it stands for, fits) — the
+        first audit of each request id for each, with ``model`` only those measured with that scorer and release,
+        with ``question`` only those asked it (``TOOLRANK_AUDIT_QUESTION``); the newest ``AUDITS_KEPT`` of each."""
         if not (self.root / tenant_folder(tenant)).exists():
-            return [], []
+            return [], [], []
         p: list[float] = []
         y: list[float] = []
-        seen: set[str] = set()
+        tail: list[tuple[float, float, bool]] = []
+        heads: set[str] = set()
+        tails: set[str] = set()
         for e in self.tenant(tenant).audits():
-            best, fit, rid = e.get("raw_best"), e.get("fit"), str(e.get("request_id"))
-            if model is not None and e.get("model") != model:
-                continue
-            if question is not None and e.get("question") != question:   # another definition of a fit
-                continue
-            if isinstance(best, (int, float)) and 0.0 <= best < 1.0 and isinstance(fit, bool) and rid not in seen:
-                seen.add(rid)
+            if (model is not None and e.get("model") != model) or (question is not None and e.get("question") != question):
+                continue   # another scorer, or another definition of a fit
+            rid, best, fit, t = str(e.get("request_id")), e.get("raw_best"), e.get("fit"), e.get("tail")
+            if rid not in heads and isinstance(best, (int, float)) and 0.0 <= best < 1.0 and isinstance(fit, bool):
+                heads.add(rid)
                 p.append(float(best))
                 y.append(float(fit))
-        return p[-AUDITS_KEPT:], y[-AUDITS_KEPT:]
+            if rid not in tails and isinstance(t, dict) and isinstance(t.get("p"), (int, float)) \
+                    and 0.0 <= t["p"] < 1.0 and isinstance(t.get("weight"), (int, float)) and t["weight"] > 0 \
+                    and isinstance(t.get("fit"), bool):
+                tails.add(rid)
+                tail.append((float(t["p"]), float(t["weight"]), t["fit"]))
+        return p[-AUDITS_KEPT:], y[-AUDITS_KEPT:], tail[-AUDITS_KEPT:]
+
+    def audit_observations(self, tenant: str, model: str | None = None,
+                           question: str | None = None) -> tuple[list[float], list[float]]:
+        """The tenant's audited first tools as recalibration evidence (:meth:`_audit_evidence`)."""
+        p, y, _ = self._audit_evidence(tenant, model, question)
+        return p, y
 
     def audit_tail_observations(self, tenant: str, model: str | None = None,
                                 question: str | None = None) -> list[tuple[float, float, bool]]:
-        """The candidates past the head the tenant's audits judged (``(shipped probability, candidates it stands
-        for, fits)``), read as :meth:`audit_observations` reads the head (one per request id, this scorer and
-        question, the newest ``AUDITS_KEPT``)."""
-        if not (self.root / tenant_folder(tenant)).exists():
-            return []
-        out: list[tuple[float, float, bool]] = []
-        seen: set[str] = set()
-        for e in self.tenant(tenant).audits():
-            tail, rid = e.get("tail"), str(e.get("request_id"))
-            if (model is not None and e.get("model") != model) or (question is not None and e.get("question") != question):
-                continue
-            if not isinstance(tail, dict) or rid in seen:
-                continue
-            p, w, fit = tail.get("p"), tail.get("weight"), tail.get("fit")
-            if isinstance(p, (int, float)) and 0.0 <= p < 1.0 and isinstance(w, (int, float)) and w > 0 \
-                    and isinstance(fit, bool):
-                seen.add(rid)
-                out.append((float(p), float(w), fit))
-        return out[-AUDITS_KEPT:]
+        """The candidates past the head the tenant's audits judged (:meth:`_audit_evidence`)."""
+        return self._audit_evidence(tenant, model, question)[2]
 
     def recalibration(self, tenant: str, min_observations: int = 25, refit_s: float = 30.0, *,
                       feedback: bool = True, audits: bool = False, prior: tuple[float, ...] | None = None,
@@ -651,13 +645,12 @@ class UsageBook:
             return cached[1], cached[3], cached[4]
         fitted, n, source = None, 0, None
         if audits:
-            p, y = self.audit_observations(tenant, model, question)
-            # at most AUDITS_KEPT are kept: a larger minimum would never be reached
-            if len(p) >= min(min_observations, AUDITS_KEPT):
+            p, y, tail = self._audit_evidence(tenant, model, question)
+            need = min(min_observations, AUDITS_KEPT)   # at most AUDITS_KEPT are kept: never out of reach
+            if len(p) >= need:
                 fitted = fit_audit_recalibration(p, y, prior=tuple(prior[:2]) if prior else (1.0, 0.0),
-                                                 min_observations=min(min_observations, AUDITS_KEPT))
+                                                 min_observations=need)
                 n, source = len(p), "audits"
-                tail = self.audit_tail_observations(tenant, model, question)
                 if fitted is not None and len(tail) >= MIN_TAIL:   # the tail's level from the same audits
                     base = float(prior[2]) if prior and len(prior) > 2 else 0.0
                     fitted = dataclasses.replace(fitted, tail_shift=audit_tail_shift(tail, base),
@@ -966,6 +959,7 @@ class GatewayUsage:
         self.book = UsageBook(root)
         self.tenant = tenant
         self.audit = audit   # the tenants file's audit = false: none of its searches leaves for the endpoint
+        self._who = SimpleNamespace(name=tenant, audit=audit)   # the tenant as audits read it
         self.settings = settings if settings is not None else GatewaySettings()
         self._recent: list[tuple[str, Offer]] = []
         self._n = 0
@@ -997,7 +991,7 @@ class GatewayUsage:
         ``pipeline``'s catalog map) or its calls (``TOOLRANK_USE_RECALIBRATION``), or None."""
         from .audits import recalibration_args
 
-        asked = recalibration_args(self.settings, SimpleNamespace(name=self.tenant, audit=self.audit), pipeline)
+        asked = recalibration_args(self.settings, self._who, pipeline)
         if asked is None:
             return None
         try:
@@ -1027,8 +1021,7 @@ class GatewayUsage:
         with self._lock:
             self._recent = (self._recent + [(rid, offer)])[-self._max:]
         if self.auditor is not None:
-            self.auditor.offer(SimpleNamespace(name=self.tenant, audit=self.audit), rid, request, result, catalog,
-                               model=model)
+            self.auditor.offer(self._who, rid, request, result, catalog, model=model)
 
     def called(self, server: str, tool: str, result: Any, index: Any = None) -> None:
         """Record a forwarded call: learned when it succeeded and the newest recent search offered the tool

@@ -132,6 +132,16 @@ class _Shortcuts:
     absent: list[str]                  # named but not connected: public registry servers only
 
 
+def tail_rows(hits: Sequence[Hit], p: np.ndarray, top: int | None,
+              lifted: set[ToolId]) -> tuple[tuple[ToolId, float], ...]:
+    """A search's candidates past the head the cross-encoder read (the first ``top``) with their shipped
+    probabilities, less the tools a shortcut ``lifted`` (shown at its floor, not at the tail's level): what a
+    catalog's calibration and an audit draw their tail candidate from."""
+    if top is None:
+        return ()
+    return tuple((h.tool_id, float(p[i])) for i, h in enumerate(hits) if i >= top and h.tool_id not in lifted)
+
+
 def _on_this_scale(previous: Any, mapping: Any) -> Any:
     """The first answer as the second search reads it: when it came from this process (a :class:`SearchResult`,
     whose ``raw_best`` is its first tool's shipped-scale probability, as the MCP gateway keeps it), that first
@@ -523,11 +533,9 @@ class Pipeline:
             first = decided.chosen[0][0]
             result = dataclasses.replace(result, raw_best=next((float(raw[i]) for i, h in enumerate(hits)
                                                                 if h.tool_id == first), None))
-        top = req.policy.score_top
-        if logits is not None and self.tail_calibration is not None and top is not None and top < len(hits):
-            lifted = {*found.exact, *found.always}   # shown at a shortcut's floor, not at the tail's level
-            result = dataclasses.replace(result, tail=tuple((h.tool_id, float(raw[i])) for i, h in enumerate(hits)
-                                                            if i >= top and h.tool_id not in lifted))
+        if logits is not None and self.tail_calibration is not None:
+            result = dataclasses.replace(result, tail=tail_rows(hits, raw, req.policy.score_top,
+                                                                {*found.exact, *found.always}))
         log.debug("search: %s best=%.3f attempt=%d in %.1f ms", result.decision, decided.best, req.attempt,
                   (time.perf_counter() - t0) * 1e3)
         return result

@@ -429,14 +429,10 @@ def tail_candidates(pipeline: "Pipeline", request: str, need: str | None, m: int
     stands for (the benchmark passes ``eligible``)."""
     if pipeline.tail_calibration is None:   # no tail with a level of its own
         return []
-    hits, p, top, lifted = pipeline.candidates(request, need, eligible=eligible)
-    if top is None:
-        return []
-    # a tool a shortcut lifts (named exactly, always available) is shown at its floor, not at the tail's level
-    rows = [i for i in range(top, len(hits)) if hits[i].tool_id not in lifted]
-    if not rows:
-        return []
-    return [(request, hits[rows[j]].tool_id, float(p[rows[j]]), len(rows) / min(m, len(rows)))
+    from .flow import tail_rows
+
+    rows = tail_rows(*pipeline.candidates(request, need, eligible=eligible))
+    return [(request, rows[j][0], rows[j][1], len(rows) / min(m, len(rows)))
             for j in tail_draw(f"{request}\x1f{need or ''}", len(rows), m)]
 
 
