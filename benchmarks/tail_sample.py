@@ -97,6 +97,113 @@ def _cases(set_name: str, n: int, seed: int):
             yield name, ToolIndex(catalog, encoder, with_examples=False), [c for c in cases if c.answerable]
 
 
+NEEDS_TAIL = ROOT / "benchmarks" / "data" / "needs_tail.jsonl"
+
+
+def _pool_needs() -> dict[str, dict]:
+    """The blind needs an extension draws on: the flow's, the wide draw's and the ones written for this sample."""
+    from benchmarks.wide_calibration import _needs
+    from training.flow_cases import load_needs
+
+    needs = _needs()
+    if NEEDS_TAIL.exists():
+        needs.update(load_needs(NEEDS_TAIL))
+    return needs
+
+
+def _corpus_order(name: str, seed: int) -> list:
+    """A corpus's requests in a seeded order of their own (an extension's pool; the flow's draw is untouched)."""
+    from retrieval.evaluation.corpora import load_corpus
+
+    qs = list(load_corpus(name).questions)
+    random.Random(f"tail:{seed}:{name}").shuffle(qs)
+    return qs
+
+
+def _more_cases(set_name: str, per_kind: int, seed: int, skip: set[str], needs: dict | None = None):
+    """More answerable requests of a set than its flow's, up to ``per_kind`` in all per kind with the ones in
+    ``skip`` (an earlier design's): yields (kind, index, cases) as :func:`_cases`. The held-out set takes the
+    wide draw's requests (``wide_calibration.py``: the same requests, the same needs, organisations drawn as it
+    draws them); the fit set takes MCP-Zero dev organisations (drawn as the flow draws them, from a stream of
+    their own) and each training corpus's requests in a seeded order, with a blind need (``NEEDS_TAIL``)."""
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.evaluation.agent_flow import Case
+    from retrieval.index.default import load_or_build_default
+    from retrieval.index.embedded import ToolIndex
+    from retrieval.index.encoder import OnnxEncoder
+    from training.flow_cases import SETS, mcpzero_cases
+
+    needs = _pool_needs() if needs is None else needs
+    split, corpora = SETS[set_name]
+    index = load_or_build_default(with_examples=False, show_progress=True)
+    if set_name == "report":
+        from benchmarks.wide_calibration import _new_cases
+
+        wide = _new_cases(per_kind, 0, index)   # up to per_kind with the flow's own (the earlier design's)
+    else:
+        wide = None
+    encoder = OnnxEncoder()
+    for name in ["mcpzero-org", *corpora]:
+        if wide is not None:
+            pool = [c for c in wide if c.catalog == name and c.id not in skip]
+            room = len(pool)
+        else:
+            if name == "mcpzero-org":
+                pool = [c for c in mcpzero_cases(split, needs, 10 ** 6, random.Random(f"tail:{seed}:{name}"), index)
+                        if c.answerable and c.id not in skip]
+            else:
+                pool = []
+                for q in _corpus_order(name, seed):
+                    n = needs.get(q.id)
+                    if q.id in skip or not n or not n.get("need"):
+                        continue
+                    pool.append(Case(q.id, q.query, name, Eligibility(), frozenset(q.lenient_targets), n["need"], None))
+            room = per_kind - sum(1 for i in skip if _kind_of(i, name))
+        cases = pool[:max(room, 0)]
+        if not cases:
+            continue
+        if name == "mcpzero-org":
+            yield name, index, cases
+        else:
+            from retrieval.evaluation.corpora import load_corpus
+
+            yield name, ToolIndex(load_corpus(name).catalog, encoder, with_examples=False), cases
+
+
+def _kind_of(request_id: str, kind: str) -> bool:
+    """Whether a request id belongs to a kind (a corpus's ids carry its name; MCP-Zero's do not)."""
+    head = request_id.split(":", 1)[0] if ":" in request_id else "mcpzero-org"
+    return head == kind
+
+
+def need_batches(a: argparse.Namespace) -> int:
+    """``id<TAB>voice<TAB>request`` of the fit set's pool requests (up to ``--n`` a kind with the earlier design's)
+    that have no blind need yet, for blind need writers (``training/data/briefs/needs_blind.md``)."""
+    from benchmarks.catalog_probes import write_need_batches
+    from training.flow_cases import SETS
+
+    try:
+        skip = {d["id"] for d in json.loads((a.extend / "design.json").read_text())["requests"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: --extend {a.extend}: {exc}", file=sys.stderr)
+        return 2
+    needs = _pool_needs()
+    todo = []
+    for name in SETS["fit"][1]:
+        room = a.n - sum(1 for i in skip if _kind_of(i, name))
+        for q in _corpus_order(name, a.seed):
+            if room <= 0:
+                break
+            if q.id in skip:
+                continue
+            room -= 1
+            if q.id not in needs:
+                todo.append((q.id, q.query))
+    write_need_batches(todo, a.out, a.n_batches, a.seed)
+    print(f"{len(todo)} requests without a blind need -> {a.n_batches} batches in {a.out}", file=sys.stderr)
+    return 0
+
+
 def draw(a: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -112,11 +219,25 @@ def draw(a: argparse.Namespace) -> int:
     n = a.n or (flow["n"] if flow else 100)
     flow_tail = {r["id"]: r["tail_ids"] for r in (flow["rows"] if flow else [])
                  if r["mode"] == "need" and r["answerable"] and r.get("tail_ids")}
+    earlier = None
+    if a.extend:   # more requests, drawn with the earlier design's tau and floor: one Poisson sample with it
+        try:
+            earlier = json.loads((a.extend / "design.json").read_text())
+            old_items = (a.extend / "items.jsonl").read_text(encoding="utf-8")
+        except (OSError, ValueError) as exc:
+            print(f"error: --extend {a.extend}: {exc}", file=sys.stderr)
+            return 2
+        if earlier.get("set") != a.set:
+            print(f"error: --extend {a.extend} is a {earlier.get('set')} design, not {a.set}", file=sys.stderr)
+            return 2
+        flow_tail = {}
     scorer = Scorer.load(a.model, threads=a.threads)
     policy = Policy()
     top = policy.score_top
     design, mismatched = [], 0
-    for kind, index, cases in _cases(a.set, n, a.seed):
+    groups = _more_cases(a.set, n, a.seed, {d["id"] for d in earlier["requests"]}) if earlier \
+        else _cases(a.set, n, a.seed)
+    for kind, index, cases in groups:
         pipe = Pipeline(index, scorer, policy=policy)
         for case in tqdm(cases, desc=kind, unit="request", disable=None):
             row = run_case(pipe, case, "need", first_only=True)
@@ -134,10 +255,12 @@ def draw(a: argparse.Namespace) -> int:
         print(f"{len(flow_tail)} flow rows; {mismatched} re-drawn requests whose ranks 11-20 differ from the flow's",
               file=sys.stderr)
     try:
-        tau = tau_for([d["s"] for d in design], a.budget, a.floor)
+        tau = earlier["tau"] if earlier else tau_for([d["s"] for d in design], a.budget, a.floor)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if earlier:
+        a.floor = earlier["floor"]
     items, catalogs = [], _Catalogs()
     for d in design:
         pi = inclusion(d["s"], tau, a.floor)
@@ -147,15 +270,22 @@ def draw(a: argparse.Namespace) -> int:
         if d["judged_at"]:
             items.append(_item(d["id"], d["catalog"], [d["ids"][i] for i in d["judged_at"]], "tail-sample:" + d["id"]))
     a.out.mkdir(parents=True, exist_ok=True)
+    added = [slim(d) for d in design]
     write_result(a.out / "design.json", {"environment": environment_stamp(), "set": a.set, "n": n, "seed": a.seed,
                                          "tau": tau, "floor": a.floor, "budget": a.budget, "mismatched": mismatched,
-                                         "requests": [slim(d) for d in design]}, indent=None)
+                                         "extends": str(a.extend) if earlier else None,
+                                         "requests": (earlier["requests"] if earlier else []) + added}, indent=None)
     from benchmarks.judged_flow import _queries
     queries = _queries(a.flow or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json",
                        {it["id"] for it in items})
     for it in items:
         it["query"] = queries[it["id"]]
     write_jsonl(a.out / "items.jsonl", shippable_items(items))
+    if earlier:   # one items file for the whole sample: the earlier design's, then the added requests'
+        with open(a.out / "items.jsonl", "r+", encoding="utf-8") as f:
+            new_text = f.read()
+            f.seek(0)
+            f.write(old_items.rstrip("\n") + "\n" + new_text)
     total = sum(len(d["s"]) for d in design)
     judged = sum(len(it["candidates"]) for it in items)
     print(f"{len(design)} requests, {total} candidates past the head; tau {tau:.4g}, floor {a.floor:g}: "
@@ -286,6 +416,11 @@ def read(a: argparse.Namespace) -> int:
     design = json.loads((a.dir / "design.json").read_text())
     judged = read_judged(a.dir / "items.jsonl", a.judged)
     requests = design["requests"]
+    if a.kinds:   # e.g. an extension whose added requests of one kind were left unjudged
+        requests = [d for d in requests if d["catalog"] in set(a.kinds)]
+        if not requests:
+            print(f"error: no drawn request of {', '.join(a.kinds)} in {a.dir}", file=sys.stderr)
+            return 2
     asked = {d["id"] for d in requests if d["judged_at"]}
     missing = sorted(asked - set(judged))
     if missing:
@@ -552,10 +687,19 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--out", type=Path, required=True, help="folder for design.json and items.jsonl")
     d.add_argument("--batches", type=Path, help="folder for the judges' batches (real texts: keep out of the repository)")
     d.add_argument("--n-batches", type=int, default=8)
+    d.add_argument("--extend", type=Path, help="an earlier design's folder: add requests (up to --n a kind with its "
+                   "own) drawn with its tau and floor, and write the whole sample to --out")
+    nb = sub.add_parser("need-batches", help="the fit set's added requests that have no blind need yet")
+    nb.add_argument("--extend", type=Path, required=True, help="the earlier fit design's folder")
+    nb.add_argument("--n", type=int, default=400, help="requests per training corpus with the earlier design's")
+    nb.add_argument("--seed", type=int, default=0)
+    nb.add_argument("--out", type=Path, required=True)
+    nb.add_argument("--n-batches", type=int, default=6)
     r = sub.add_parser("read", help="the tail's predicted fits against the judged sample")
     r.add_argument("--dir", type=Path, required=True)
     r.add_argument("--judged", type=Path, nargs="+", required=True)
     r.add_argument("--tail", type=Path, help="re-read the tail's probabilities with this calibration")
+    r.add_argument("--kinds", nargs="+", help="read only these catalog kinds")
     r.add_argument("--census-items", type=Path, help="a judge of every candidate at ranks 11-20 (judged_flow "
                    "mine-tail's items), read in place of the sample there")
     r.add_argument("--census-judged", type=Path, nargs="*")
@@ -585,13 +729,13 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--source", nargs="+", required=True, help="NAME=ITEMS:JUDGED_GLOB for each source")
     f.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
-    if a.cmd == "draw" and a.flow is None:
+    if a.cmd == "draw" and a.flow is None and not a.extend:
         default = ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json"
         a.flow = default if default.exists() else None
     if a.cmd in ("read", "probe-read") and bool(a.census_items) != bool(a.census_judged):
         print("error: --census-items and --census-judged go together", file=sys.stderr)
         return 2
-    return {"draw": draw, "read": read, "probe-tails": probe_tails, "probe-read": probe_read,
+    return {"draw": draw, "need-batches": need_batches, "read": read, "probe-tails": probe_tails, "probe-read": probe_read,
             "fits-agree": fits_agree}[a.cmd](a)
 
 

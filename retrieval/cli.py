@@ -74,7 +74,7 @@ def _index_from(a: argparse.Namespace):
     if a.index and a.catalog:
         raise ValueError("give --index or --catalog, not both")
     if a.index:
-        return ToolIndex.load(a.index)
+        return ToolIndex.load(_served_version(Path(a.index)))
     if a.catalog:
         cat = load_catalog(a.catalog)
         if a.examples:
@@ -85,6 +85,24 @@ def _index_from(a: argparse.Namespace):
     if a.examples:
         return ToolIndex.build(load_default_catalog(False).with_examples(load_examples(a.examples)), show_progress=True)
     return load_or_build_default(show_progress=True)
+
+
+def _served_version(path: Path) -> Path:
+    """The folder to read for ``--index``: an index folder as it is, or, for a store ``toolrank serve`` keeps
+    (a ``CURRENT`` file naming its ``v<N>`` folder), the version it serves now — not the older copy a store
+    seeded from an index folder keeps at its top."""
+    import re
+
+    try:
+        name = (path / "CURRENT").read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return path
+    except OSError as exc:
+        raise ValueError(f"{path / 'CURRENT'}: cannot read it ({exc.strerror or exc})") from None
+    if not re.fullmatch(r"v\d+", name) or not (path / name).is_dir():
+        raise ValueError(f"{path}: its CURRENT names {name[:40]!r}, which is not a version folder here")
+    print(f"reading {path / name} (the version the store's CURRENT names)", file=sys.stderr)
+    return path / name
 
 
 def _pipeline(index, model: Path | None, no_model: bool, threads: int, score_top: int | None = None):
@@ -281,16 +299,59 @@ def _mcp_examples(a: argparse.Namespace, path: Path) -> int:
     return status
 
 
+def _server_named(name: str, servers) -> str:
+    """The catalog's server a ``--server`` names: as written, else the one server equal to it in any case; an
+    unknown name raises ``ValueError`` with the closest names."""
+    import difflib
+
+    known = list(servers)
+    if name in known:
+        return name
+    folded = [s for s in known if s.casefold() == name.casefold()]
+    if len(folded) == 1:
+        return folded[0]
+    close = difflib.get_close_matches(name.casefold(), [s.casefold() for s in known], n=3, cutoff=0.6)
+    by_fold = {s.casefold(): s for s in known}
+    hint = f" (did you mean {', '.join(repr(by_fold[c]) for c in close)}?)" if close else ""
+    raise ValueError(f"unknown server {name!r}{hint}; `toolrank servers` lists them")
+
+
+def _read_previous(path: str):
+    """The first search's answer, saved with ``--json`` (``-``: standard input), for a second search."""
+    from .pipeline.serialize import previous_from_dict
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"--previous: cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--previous: {path} is not JSON (line {exc.lineno}: {exc.msg}); save the first answer "
+                         "with `toolrank search ... --json > FILE`") from None
+    return previous_from_dict(data, where=f"--previous {path}")
+
+
+def _explanation_line(e: dict) -> str:
+    """One line of a tool's explanation for the terminal: its retrieval ranks, the words it matched, its reason."""
+    rank = lambda r: f"#{r}" if r is not None else "-"   # noqa: E731 - a list it was not in
+    parts = [f"bm25 {rank(e.get('bm25_rank'))}", f"dense {rank(e.get('dense_rank'))}"]
+    if e.get("matched_terms"):
+        parts.append("stems: " + ", ".join(e["matched_terms"][:8]))
+    reason = str(e.get("reason") or "")
+    if reason and (not reason.startswith("ranked by") or ";" in reason):   # the usual reason is the decision's
+        parts.append(reason)
+    return "  ".join(parts)
+
+
 def cmd_search(a: argparse.Namespace) -> int:
     from .catalog.eligibility import Eligibility
 
+    previous = _read_previous(a.previous) if a.previous else None
     index = _index_from(a)
     eligible = None
     if a.server:
-        unknown = [s for s in a.server if s not in set(index.catalog.servers)]
-        if unknown:
-            raise ValueError(f"unknown server(s) {unknown}; `toolrank servers` lists them")
-        eligible = Eligibility.of(servers=a.server)
+        eligible = Eligibility.of(servers=[_server_named(s, index.catalog.servers) for s in a.server])
     if a.retrieval_only:
         hits = index.retrieve(a.request, a.need, eligible, k=a.k)
         if a.json:
@@ -301,7 +362,7 @@ def cmd_search(a: argparse.Namespace) -> int:
                 print(f"{h.rank:>3}  {h.score:.4f}  {h.tool_id.server} / {h.tool_id.tool}  (bm25 #{h.bm25_rank}, dense #{h.dense_rank})")
         return 0
     pipe = _pipeline(index, a.model, a.no_model, a.threads, a.score_top)
-    res = pipe.search(a.request, a.need, eligible=eligible, k=a.k, explain=a.explain, fmt=a.format)
+    res = pipe.search(a.request, a.need, eligible=eligible, previous=previous, k=a.k, explain=a.explain, fmt=a.format)
     if a.json:
         from .pipeline.serialize import result_to_dict
         print(json.dumps(result_to_dict(res), indent=1, ensure_ascii=False))
@@ -312,8 +373,10 @@ def cmd_search(a: argparse.Namespace) -> int:
         tag = "" if t.source == "ranked" else f"  [{t.source}]"
         print(f"{t.rank:>3}  p={t.probability:.3f}  {t.tool_id.server} / {t.tool_id.tool}{tag}")
         if t.explanation:
-            e = t.explanation
-            print(f"       bm25 #{e['bm25_rank']}  dense #{e['dense_rank']}  terms: {', '.join(e['matched_terms'][:8])}")
+            print("       " + _explanation_line(t.explanation))
+    if res.decision == "search_again":
+        print("(from the command line: save this answer with --json, then search again with a sharper --need "
+              "and --previous FILE)")
     if res.suggestions:
         print("connect one of:", ", ".join(res.suggestions))
     if res.tokens:
@@ -397,7 +460,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     :func:`run` runs what they parse."""
     s = sub.add_parser("index", help="build an index from a catalog file, or from an MCP client configuration")
     src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--catalog", type=Path, help="a catalog file to index (JSON, JSONL, MCP-Zero or an MCP tools/list answer)")
+    src.add_argument("--catalog", type=Path, help="a catalog file to index: JSONL, one tool a line ({\"server\", \"name\", "
+                     "\"description\", \"inputSchema\"?}), an MCP tools/list answer wrapped with its server, or MCP-Zero JSON")
     src.add_argument("--mcp-config", type=Path, metavar="FILE",
                      help="an MCP client configuration ({\"mcpServers\": ...}): start every server, list its tools, "
                           "and build or update their index (only changed tools are embedded again)")
@@ -437,11 +501,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                    "(e.g. 'list open pull requests in a repository')")
     _add_index_source(s)
     s.add_argument("--server", action="append", help="restrict to this server (repeat; names may contain commas)")
-    s.add_argument("-k", type=int, default=None, help="tools to return (default: policy, 10; 100 with --retrieval-only)")
+    s.add_argument("-k", type=int, default=None, help="at most this many tools (default: the policy's 10; tools far under "
+                   "the best are left out once 5 are in; 100 with --retrieval-only)")
+    s.add_argument("--previous", metavar="FILE", help="second search: the first answer, saved with --json ('-': stdin)")
     s.add_argument("--model", type=Path, help="scorer model folder (default: the shipped one)")
     s.add_argument("--no-model", action="store_true", help="retrieval-only confidence")
     s.add_argument("--retrieval-only", action="store_true", help="print the fused top-k without scoring")
-    s.add_argument("--explain", action="store_true", help="attach each tool's explanation (BM25 and dense ranks, the scorer's logit, shortcuts)")
+    s.add_argument("--explain", action="store_true", help="attach each tool's explanation (BM25 and dense ranks and scores, matched words, why it is there)")
     s.add_argument("--format", choices=["mcp", "openai", "anthropic"], default="mcp", help="definition format of the tools (default mcp)")
     s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates "
                                                  "(default: the shipped policy's, 10; 0 = all)")

@@ -60,6 +60,8 @@ class _Body(_Request):
     def _plain_json(cls, data: Any) -> Any:
         # Lone surrogates (not storable, and the tokenizers refuse them), NaN and infinities,
         # integers beyond 64 bits and deep nesting are refused here, naming the path.
+        if isinstance(data, (bytes, str)):   # a body the framework did not parse: not sent as JSON
+            raise ValueError("the body was not read as JSON: send a JSON object with Content-Type: application/json")
         check_json(data, "body", max_depth=MAX_BODY_DEPTH)
         return data
 
@@ -217,7 +219,9 @@ class SearchResponse(BaseModel):
     suggestions: list[str] = Field(default_factory=list,
                                    description="On no_fit: public servers that could be connected to do it.")
     restricted_to: list[str] = Field(default_factory=list,
-                                     description="Servers the request named explicitly, if any.")
+                                     description="Servers the request's text names explicitly (\"... in GitHub\"), to which "
+                                                 "the search was restricted; empty when it names none (a "
+                                                 "server restriction set by the caller is not listed).")
     index_version: int = Field(description=_VERSION_TEXT, examples=[3])
     model: ModelInfo = Field(description="The scorer model that produced the probabilities.")
     recalibrated_from: int | None = Field(

@@ -160,3 +160,40 @@ def test_fits_agree_counts_the_second_judges_verdicts_per_source(tmp_path, capsy
         os.chdir(old)
     assert json.loads(out.read_text())["rows"]["src"] == [1, 0, 1, 0]
     assert ts.main([*argv[:-1], "src=nothing"]) == 2 and "NAME=ITEMS:JUDGED_GLOB" in capsys.readouterr().err
+
+
+def test_a_request_id_names_its_kind():
+    assert ts._kind_of("api_bank:level-1/AddAgenda:turn0", "api_bank")
+    assert not ts._kind_of("api_bank:level-1/AddAgenda:turn0", "mcpzero-org")
+    assert ts._kind_of("q04436", "mcpzero-org") and ts._kind_of("ind0-26", "mcpzero-org")
+    assert not ts._kind_of("q04436", "acebench")
+
+
+def test_an_extension_refuses_another_sets_design_or_none(tmp_path, capsys):
+    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": []}))
+    (tmp_path / "items.jsonl").write_text("")
+    out = tmp_path / "out"
+    assert ts.main(["draw", "--set", "fit", "--extend", str(tmp_path), "--out", str(out)]) == 2
+    assert "is a report design, not fit" in capsys.readouterr().err
+    assert ts.main(["draw", "--set", "fit", "--extend", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert "--extend" in capsys.readouterr().err
+    assert ts.main(["need-batches", "--extend", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_read_can_leave_out_a_kind_whose_draw_was_not_judged(tmp_path, capsys):
+    reqs = [_request(f"q{i}", "ab"[i % 2], 0.5, [i % 90]) for i in range(10)]
+    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": reqs}))
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
+                    "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n" for r in reqs))
+    answers = tmp_path / "judged_01.jsonl"   # only kind "a" judged
+    answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {"1": 0.9}}) + "\n"
+                               for r in reqs if r["catalog"] == "a"))
+    out = tmp_path / "out.json"
+    assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out)]) == 2
+    assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out), "--kinds", "a"]) == 0
+    rep = json.loads(out.read_text())["report"]
+    assert set(rep) == {"a", "all but Gorilla"} and rep["a"]["11-100"]["found"] == 5
+    assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out), "--kinds", "z"]) == 2
+    assert "no drawn request of z" in capsys.readouterr().err

@@ -442,7 +442,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     """``python -m training.dataset validate|summary|card``; returns the exit code."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m training.dataset",
+    parser = argparse.ArgumentParser(prog="toolrank data",
                                      description="Check the shipped data, print its counts, or "
                                                  "rewrite the card's counts block.")
     parser.add_argument("command", choices=("validate", "summary", "card"))

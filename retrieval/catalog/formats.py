@@ -210,15 +210,21 @@ def _load_wrapped(path: Path, items: list, problems: _Problems) -> Catalog:
     return _checked_catalog(path, tools, descriptions, problems)
 
 
+JSONL_FIELDS = frozenset({"server", "name", "description", "server_description", "inputSchema"})
+
+
 def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
     tools: list[Tool] = []
     descriptions: dict[str, str] = {}
+    unread: dict[str, int] = {}   # a field this format does not read, and the first line that has it
     for lineno, row in _read_jsonl(path):
         at = f"{path}, line {lineno}"
         server = f"line {lineno}"
         try:
             if not isinstance(row, dict):
                 raise CatalogError(f"{at}: each line must be a JSON object")
+            for key in row:
+                unread.setdefault(str(key), lineno) if key not in JSONL_FIELDS else None
             server = _file_name(_text(row.get("server"), at, "server", required=True))
             name = _file_name(_text(row.get("name"), f"{at}, server '{server}'", "name", required=True))
             tat = f"{at}, server '{server}', tool '{name}'"
@@ -231,6 +237,10 @@ def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
         if sdesc:
             descriptions[server] = sdesc
         tools.append(Tool(server, name, desc, schema, sdesc or descriptions.get(server, "")))
+    if unread:   # most often a misspelt field ('desc'): its text would silently be missing from the index
+        log.warning("%s: fields not read: %s; a line reads %s", path,
+                    ", ".join(f"{k!r} (line {n})" for k, n in sorted(unread.items(), key=lambda kv: kv[1])[:5]),
+                    ", ".join(sorted(JSONL_FIELDS)))
     return _checked_catalog(path, tools, descriptions, problems)
 
 
@@ -299,6 +309,13 @@ def read_catalog(path: str | Path) -> tuple[Catalog, list[SkippedServer]]:
 
 
 def _load(path: Path, problems: _Problems) -> Catalog:
+    catalog = _load_any(path, problems)
+    if not len(catalog) and not problems.skipped:
+        raise CatalogError(f"{path}: no tools in this file")
+    return catalog
+
+
+def _load_any(path: Path, problems: _Problems) -> Catalog:
     if path.suffix == ".jsonl":
         return _load_jsonl(path, problems)
     data = _read_json(path)

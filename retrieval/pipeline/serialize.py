@@ -6,7 +6,9 @@ from typing import Any
 
 from .results import ScoredTool, SearchResult
 
-__all__ = ["tool_to_dict", "result_to_dict"]
+__all__ = ["tool_to_dict", "result_to_dict", "previous_from_dict"]
+
+_DECISIONS = ("proceed", "search_again", "choose", "no_fit")
 
 
 def tool_to_dict(t: ScoredTool) -> dict[str, Any]:
@@ -33,3 +35,33 @@ def result_to_dict(r: SearchResult) -> dict[str, Any]:
             "reduction": round(r.tokens.reduction, 4), "encoding": r.tokens.encoding,
         },
     }
+
+
+def previous_from_dict(d: Any, where: str = "previous") -> SearchResult:
+    """An earlier answer read back from its JSON (``result_to_dict``'s form, as ``toolrank search --json`` prints
+    it): its attempt, decision and tools with their probabilities, what a second search needs. Anything else in
+    it is ignored; a malformed answer raises ``ValueError`` naming what is wrong."""
+    from retrieval.catalog.model import ToolId
+
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a JSON object (an answer printed by `toolrank search --json`)")
+    decision, attempt = d.get("decision"), d.get("attempt")
+    if decision not in _DECISIONS:
+        raise ValueError(f"{where}: 'decision' must be one of {', '.join(_DECISIONS)} (got {decision!r})")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or not 1 <= attempt <= 5:
+        raise ValueError(f"{where}: 'attempt' must be a whole number from 1 to 5 (got {attempt!r})")
+    rows = d.get("tools") or []
+    if not isinstance(rows, list):
+        raise ValueError(f"{where}: 'tools' must be a list")
+    tools = []
+    for i, r in enumerate(rows):
+        try:
+            p = float(r.get("probability") or 0.0)
+            tid = ToolId(str(r["server"]), str(r["tool"]))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ValueError(f"{where}: tools[{i}] needs 'server', 'tool' and a numeric 'probability'") from None
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{where}: tools[{i}].probability must be in [0, 1] (got {p})")
+        tools.append(ScoredTool(tid, p, i + 1, str(r.get("source") or "ranked")))
+    return SearchResult(decision=decision, tools=tools, best_probability=max((t.probability for t in tools), default=0.0),
+                        attempt=attempt)

@@ -395,3 +395,35 @@ def test_lone_surrogates_in_texts_are_refused(tmp_path):
     path.write_text('{"server": "S", "name": "t", "description": "bad \\ud800"}\n', encoding="utf-8")
     with pytest.raises(CatalogError, match="lone surrogate"):
         load_catalog(path)
+
+
+def test_a_catalog_file_without_tools_is_refused(tmp_path):
+    from retrieval.catalog.formats import CatalogError, load_catalog, read_catalog
+
+    for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n\n"), ("empty.json", "[]")):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(CatalogError, match="no tools in this file"):
+            load_catalog(path)
+        with pytest.raises(CatalogError, match="no tools in this file"):
+            read_catalog(path)
+
+
+def test_a_field_the_jsonl_format_does_not_read_is_said(tmp_path, caplog):
+    import json as _json
+    import logging
+
+    from retrieval.catalog.formats import load_catalog
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(_json.dumps({"server": "a", "name": "t1", "desc": "the text"}) + "\n"
+                    + _json.dumps({"server": "a", "name": "t2", "description": "ok"}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="retrieval.catalog.formats"):
+        cat = load_catalog(path)
+    assert len(cat) == 2
+    assert "fields not read: 'desc' (line 1)" in caplog.text
+    caplog.clear()
+    path.write_text(_json.dumps({"server": "a", "name": "t2", "description": "ok"}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="retrieval.catalog.formats"):
+        load_catalog(path)
+    assert "fields not read" not in caplog.text

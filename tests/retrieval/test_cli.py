@@ -91,8 +91,52 @@ def test_search_unknown_server(built, capsys):
     capsys.readouterr()
     assert main(["search", "--index", str(built), "hi", "--retrieval-only", "--server", "Nope"]) == 2
     captured = capsys.readouterr()
-    assert "unknown server(s) ['Nope']" in captured.err and "toolrank servers" in captured.err
+    assert "unknown server 'Nope'" in captured.err and "toolrank servers" in captured.err
     assert "Traceback" not in captured.err and captured.out == ""
+    assert main(["search", "--index", str(built), "hi", "--retrieval-only", "--server", "Slak"]) == 2
+    assert "did you mean 'Slack'" in capsys.readouterr().err
+
+
+def test_a_server_named_in_another_case_is_found(built, capsys):
+    hits = search_json(capsys, ["search", "--index", str(built), "post a message", "--retrieval-only", "--json",
+                                "--server", "slack"])
+    assert {h["server"] for h in hits} == {"Slack"}
+
+
+def test_a_second_search_reads_the_first_answer_saved_as_json(built, tmp_path, capsys):
+    first = search_json(capsys, ["search", "--index", str(built), "tell me something about the invoices", "--json"])
+    saved = tmp_path / "first.json"
+    saved.write_text(json.dumps(first))
+    second = search_json(capsys, ["search", "--index", str(built), "tell me something about the invoices",
+                                  "--need", "list the unpaid invoices", "--previous", str(saved), "--json"])
+    assert second["attempt"] == first["attempt"] + 1
+    saved.write_text(json.dumps({**first, "decision": "maybe"}))
+    assert main(["search", "--index", str(built), "x", "--previous", str(saved)]) == 2
+    err = capsys.readouterr().err
+    assert "'decision' must be one of" in err and "Traceback" not in err
+    saved.write_text("not json")
+    assert main(["search", "--index", str(built), "x", "--previous", str(saved)]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+    assert main(["search", "--index", str(built), "x", "--previous", str(tmp_path / "none.json")]) == 2
+    assert "--previous: cannot read" in capsys.readouterr().err
+
+
+def test_a_served_store_is_read_at_the_version_its_current_names(built, tmp_path, capsys):
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(built, store)                      # a store seeded from an index folder keeps it at its top
+    catalog = tmp_path / "more.jsonl"
+    catalog.write_text("".join(json.dumps(t) + "\n" for t in TOOLS[:2]), encoding="utf-8")
+    assert main(["index", "--catalog", str(catalog), "--out", str(store / "v2")]) == 0
+    (store / "CURRENT").write_text("v2\n")
+    capsys.readouterr()
+    assert main(["servers", "--index", str(store)]) == 0
+    out = capsys.readouterr()
+    assert "Weather" in out.out and "Slack" not in out.out and "v2" in out.err
+    (store / "CURRENT").write_text("v9\n")
+    assert main(["servers", "--index", str(store)]) == 2
+    assert "not a version folder" in capsys.readouterr().err
 
 
 def test_servers(built, capsys):

@@ -59,6 +59,12 @@ def test_malformed_json_is_422(client):
     assert "valid JSON" in r.json()["error"]["message"]
 
 
+def test_a_body_sent_without_its_json_content_type_says_how_to_send_it(client):
+    r = client.post("/v1/search", content=b'{"request": "x"}', headers={**auth("acme"), "Content-Type": "text/plain"})
+    assert r.status_code == 422
+    assert "Content-Type: application/json" in r.json()["error"]["message"]
+
+
 def test_oversized_body_is_413_before_parsing(client):
     big = json.dumps({"request": "x", "candidates": [{**CAND, "id": str(i), "description": "d" * 3000}
                                                      for i in range(400)]})
