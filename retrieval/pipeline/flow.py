@@ -13,6 +13,7 @@ the decision (pure functions, :mod:`.decision`) and the output.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 import threading
@@ -61,6 +62,11 @@ def check_search(request: Any, k: int | None, fmt: str) -> None:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}: use mcp, openai or anthropic")
 
+
+# Bump when the code that turns a scorer's logits into probabilities changes (the confidence features, the
+# tail's form, the catalog map's application): part of ``Pipeline.model_key``, so catalog calibrations and
+# audits measured under other rules are not read. The models themselves are in the key by content.
+PROBABILITY_RULES = 1
 
 _PRODUCT_NOISE = {"mcp", "server", "servers", "official", "api", "tools", "tool", "the", "integration", "connector",
                   "plugin", "app", "client", "sdk", "io", "com", "ai", "by", "for", "remote", "unofficial"}
@@ -449,12 +455,24 @@ class Pipeline:
 
     @property
     def model_key(self) -> str:
-        """What a catalog calibration was measured with: the scorer (``name@version``; retrieval-only without one)
-        and toolrank's release (its confidence models and tail)."""
-        from retrieval.version import package_version
+        """What a catalog calibration (and a tenant's audits) was measured with: the scorer (``name@version``;
+        retrieval-only without one), the rules that turn its logits into probabilities
+        (:data:`PROBABILITY_RULES`) and a digest of the models those rules read (the confidence models and the
+        tail). A release that changes none of them keeps every calibration and audit (0.19.0; until 0.18.0
+        toolrank's release was in the key, so each upgrade dropped them)."""
+        key = self.__dict__.get("_model_key")
+        if key is None:
+            import hashlib
+            from dataclasses import asdict
 
-        info = self.model_info
-        return f"{info['name']}@{info['version']}/toolrank-{package_version()}"
+            parts = [m.to_dict() if m is not None else None
+                     for m in (self.confidence, self.confidence_noex, self.tail_confidence)]
+            parts.append(asdict(self.tail_calibration) if self.tail_calibration is not None else None)
+            digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+            info = self.model_info
+            key = self.__dict__["_model_key"] = \
+                f"{info['name']}@{info['version']}/p{PROBABILITY_RULES}-{digest}"
+        return key
 
     @property
     def model_info(self) -> dict[str, Any]:

@@ -328,7 +328,7 @@ def test_an_index_changed_in_place_stops_mapping_at_once():
     assert mapped.raw_best == pytest.approx(0.8)                               # the shipped scale
     hits = index.retrieve("weather forecast for paris", k=5)
     assert max(pipe.probabilities("weather forecast for paris", None, hits)) > 0.9   # the public reader maps too
-    assert "/toolrank-" in pipe.model_key
+    assert "/p1-" in pipe.model_key
     index.upsert_server("Weather", "", [Tool("Weather", "get_forecast", "Weather forecast for a city (v2)")])
     assert index.calibration is None and pipe.catalog_calibration is None
     assert pipe.search("weather forecast for paris").best_probability == pytest.approx(0.8)
@@ -698,3 +698,17 @@ def test_audits_set_a_tenants_tail_level_from_its_own_traffic(tmp_path):
     same = pipe.search("weather forecast for a city", k=10, recalibration=UseRecalibration(1.0, 0.0, 30))
     assert [(t.tool_id, t.probability) for t in same.tools] == [(t.tool_id, t.probability) for t in base.tools]
     assert first.tool_id == moved.tools[0].tool_id
+
+
+def test_the_model_key_names_the_scorer_and_its_probability_models_not_the_release(monkeypatch):
+    from retrieval.pipeline import flow
+    from retrieval.pipeline.confidence import ConfidenceModel
+
+    key = pipeline().model_key
+    monkeypatch.setattr("retrieval.version.package_version", lambda: "99.0.0")
+    assert pipeline().model_key == key                        # an upgrade that changes no model keeps the key
+    other = ConfidenceModel.from_dict({**LOGIT.to_dict(), "bias": 0.5})
+    assert Pipeline(ToolIndex(catalog(), HashEncoder(), with_examples=False), FakeScorer({}, default=0.3),
+                    confidence=other).model_key != key        # another confidence model: another key
+    monkeypatch.setattr(flow, "PROBABILITY_RULES", flow.PROBABILITY_RULES + 1)
+    assert pipeline().model_key != key                        # rules changed in code: another key
