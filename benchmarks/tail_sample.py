@@ -183,9 +183,14 @@ def need_batches(a: argparse.Namespace) -> int:
     from training.flow_cases import SETS
 
     try:
-        skip = {d["id"] for d in json.loads((a.extend / "design.json").read_text())["requests"]}
+        earlier = json.loads((a.extend / "design.json").read_text())
+        skip = {d["id"] for d in earlier["requests"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: --extend {a.extend}: {exc}", file=sys.stderr)
+        return 2
+    if earlier.get("set") != "fit":
+        print(f"error: --extend {a.extend} is a {earlier.get('set')} design; need-batches lists the fit set's "
+              "requests (the held-out set's come with the wide draw's needs)", file=sys.stderr)
         return 2
     needs = _pool_needs()
     todo = []
@@ -197,7 +202,7 @@ def need_batches(a: argparse.Namespace) -> int:
             if q.id in skip:
                 continue
             room -= 1
-            if q.id not in needs:
+            if not (needs.get(q.id) or {}).get("need"):
                 todo.append((q.id, q.query))
     write_need_batches(todo, a.out, a.n_batches, a.seed)
     print(f"{len(todo)} requests without a blind need -> {a.n_batches} batches in {a.out}", file=sys.stderr)
@@ -224,11 +229,21 @@ def draw(a: argparse.Namespace) -> int:
         try:
             earlier = json.loads((a.extend / "design.json").read_text())
             old_items = (a.extend / "items.jsonl").read_text(encoding="utf-8")
+            if not isinstance(earlier.get("requests"), list) or "tau" not in earlier or "floor" not in earlier:
+                raise ValueError("not a design file (no requests, tau or floor)")
         except (OSError, ValueError) as exc:
             print(f"error: --extend {a.extend}: {exc}", file=sys.stderr)
             return 2
         if earlier.get("set") != a.set:
             print(f"error: --extend {a.extend} is a {earlier.get('set')} design, not {a.set}", file=sys.stderr)
+            return 2
+        if a.out.resolve() == a.extend.resolve():
+            print("error: --out must be another folder than --extend (the earlier sample is kept as it is)",
+                  file=sys.stderr)
+            return 2
+        n = a.n or 400
+        if n <= int(earlier.get("n") or 0):
+            print(f"error: --n {n} adds nothing to a design of {earlier.get('n')} requests a kind", file=sys.stderr)
             return 2
         flow_tail = {}
     scorer = Scorer.load(a.model, threads=a.threads)
@@ -274,6 +289,8 @@ def draw(a: argparse.Namespace) -> int:
     write_result(a.out / "design.json", {"environment": environment_stamp(), "set": a.set, "n": n, "seed": a.seed,
                                          "tau": tau, "floor": a.floor, "budget": a.budget, "mismatched": mismatched,
                                          "extends": str(a.extend) if earlier else None,
+                                         "earlier": {k: earlier.get(k) for k in ("n", "seed", "budget", "mismatched")}
+                                         if earlier else None,
                                          "requests": (earlier["requests"] if earlier else []) + added}, indent=None)
     from benchmarks.judged_flow import _queries
     queries = _queries(a.flow or ROOT / "benchmarks" / "results" / f"agent_flow_{a.set}.json",
@@ -417,10 +434,11 @@ def read(a: argparse.Namespace) -> int:
     judged = read_judged(a.dir / "items.jsonl", a.judged)
     requests = design["requests"]
     if a.kinds:   # e.g. an extension whose added requests of one kind were left unjudged
-        requests = [d for d in requests if d["catalog"] in set(a.kinds)]
-        if not requests:
-            print(f"error: no drawn request of {', '.join(a.kinds)} in {a.dir}", file=sys.stderr)
+        unknown = sorted(set(a.kinds) - {d["catalog"] for d in requests})
+        if unknown:
+            print(f"error: no drawn request of {', '.join(unknown)} in {a.dir}", file=sys.stderr)
             return 2
+        requests = [d for d in requests if d["catalog"] in set(a.kinds)]
     asked = {d["id"] for d in requests if d["judged_at"]}
     missing = sorted(asked - set(judged))
     if missing:
@@ -441,7 +459,8 @@ def read(a: argparse.Namespace) -> int:
     write_result(a.out, {"environment": environment_stamp(), "set": design["set"], "design": str(a.dir),
                          "tail": str(a.tail) if a.tail else "as searched", "tau": design["tau"],
                          "floor": design["floor"], "census": str(a.census_items) if census else None,
-                         "census_requests": len(census or {}), "report": rep}, indent=1)
+                         "census_requests": len(census or {}), "kinds": sorted(a.kinds) if a.kinds else None,
+                         "report": rep}, indent=1)
     print(f"ranks past the head of the first search (need), {design['set']} set: the tail's predicted fits against "
           f"a judged sample (tau {design['tau']:.3g}, floor {design['floor']:g})"
           + (f"; ranks 11-20 from a census of {len(census)} requests ({a.census_items})" if census else "")
@@ -454,6 +473,8 @@ def read(a: argparse.Namespace) -> int:
                   f"({e['se']:.1f}) | {e['predicted']:.1f} | {_fmt_ratio(e)} |")
     print("(the interval resamples requests; at under about ten fits found it covers less than 90%: read the "
           "fits found)")
+    if a.kinds:
+        print(f"(read: {', '.join(sorted(a.kinds))} only; the pooled row covers those)")
     print(stamp_line(environment_stamp()))
     return 0
 

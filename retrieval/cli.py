@@ -93,12 +93,15 @@ def _served_version(path: Path) -> Path:
     seeded from an index folder keeps at its top."""
     import re
 
+    pointer = path / "CURRENT"
     try:
-        name = (path / "CURRENT").read_text(encoding="utf-8").strip()
+        name = pointer.read_text(encoding="utf-8").strip()
     except (FileNotFoundError, NotADirectoryError):
+        if pointer.is_symlink():
+            raise ValueError(f"{pointer}: a link to nothing; point it at a version folder, or remove it") from None
         return path
-    except OSError as exc:
-        raise ValueError(f"{path / 'CURRENT'}: cannot read it ({exc.strerror or exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{pointer}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     if not re.fullmatch(r"v\d+", name) or not (path / name).is_dir():
         raise ValueError(f"{path}: its CURRENT names {name[:40]!r}, which is not a version folder here")
     print(f"reading {path / name} (the version the store's CURRENT names)", file=sys.stderr)
@@ -310,9 +313,14 @@ def _server_named(name: str, servers) -> str:
     folded = [s for s in known if s.casefold() == name.casefold()]
     if len(folded) == 1:
         return folded[0]
-    close = difflib.get_close_matches(name.casefold(), [s.casefold() for s in known], n=3, cutoff=0.6)
-    by_fold = {s.casefold(): s for s in known}
-    hint = f" (did you mean {', '.join(repr(by_fold[c]) for c in close)}?)" if close else ""
+    if folded:
+        raise ValueError(f"--server {name!r} matches {' and '.join(map(repr, sorted(folded)))}: give the exact name")
+    by_fold: dict[str, list[str]] = {}
+    for s in known:
+        by_fold.setdefault(s.casefold(), []).append(s)
+    close = difflib.get_close_matches(name.casefold(), list(by_fold), n=3, cutoff=0.6)
+    names = [n for c in close for n in sorted(by_fold[c])][:3]
+    hint = f" (did you mean {', '.join(map(repr, names))}?)" if names else ""
     raise ValueError(f"unknown server {name!r}{hint}; `toolrank servers` lists them")
 
 
@@ -329,6 +337,8 @@ def _read_previous(path: str):
     except json.JSONDecodeError as exc:
         raise ValueError(f"--previous: {path} is not JSON (line {exc.lineno}: {exc.msg}); save the first answer "
                          "with `toolrank search ... --json > FILE`") from None
+    except RecursionError:
+        raise ValueError(f"--previous: {path} is nested too deeply to be an answer") from None
     return previous_from_dict(data, where=f"--previous {path}")
 
 
@@ -339,7 +349,9 @@ def _explanation_line(e: dict) -> str:
     if e.get("matched_terms"):
         parts.append("stems: " + ", ".join(e["matched_terms"][:8]))
     reason = str(e.get("reason") or "")
-    if reason and (not reason.startswith("ranked by") or ";" in reason):   # the usual reason is the decision's
+    if reason.startswith("ranked by"):   # the usual reason is the decision's: show only what moved this tool
+        reason = "; ".join(r for r in reason.split("; ") if r.startswith(("lowered", "raised")))
+    if reason:
         parts.append(reason)
     return "  ".join(parts)
 
@@ -347,6 +359,8 @@ def _explanation_line(e: dict) -> str:
 def cmd_search(a: argparse.Namespace) -> int:
     from .catalog.eligibility import Eligibility
 
+    if a.previous and a.retrieval_only:
+        raise ValueError("--previous reads a first answer's decision: it has no use with --retrieval-only")
     previous = _read_previous(a.previous) if a.previous else None
     index = _index_from(a)
     eligible = None
@@ -501,13 +515,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                                    "(e.g. 'list open pull requests in a repository')")
     _add_index_source(s)
     s.add_argument("--server", action="append", help="restrict to this server (repeat; names may contain commas)")
-    s.add_argument("-k", type=int, default=None, help="at most this many tools (default: the policy's 10; tools far under "
-                   "the best are left out once 5 are in; 100 with --retrieval-only)")
+    s.add_argument("-k", type=int, default=None, help="at most this many tools (default: the policy's 10; tools under the "
+                   "list floor, 0.05, are left out once 5 are in; 100 with --retrieval-only)")
     s.add_argument("--previous", metavar="FILE", help="second search: the first answer, saved with --json ('-': stdin)")
     s.add_argument("--model", type=Path, help="scorer model folder (default: the shipped one)")
     s.add_argument("--no-model", action="store_true", help="retrieval-only confidence")
     s.add_argument("--retrieval-only", action="store_true", help="print the fused top-k without scoring")
-    s.add_argument("--explain", action="store_true", help="attach each tool's explanation (BM25 and dense ranks and scores, matched words, why it is there)")
+    s.add_argument("--explain", action="store_true", help="attach each tool's explanation (BM25 and dense ranks, matched stems, why it is there; "
+                   "--json adds the scores)")
     s.add_argument("--format", choices=["mcp", "openai", "anthropic"], default="mcp", help="definition format of the tools (default mcp)")
     s.add_argument("--score-top", type=int, help="cross-encoder scores only the first N fused candidates "
                                                  "(default: the shipped policy's, 10; 0 = all)")

@@ -65,7 +65,7 @@ _HINTS = {
     "too_long": "send fewer items",
     "too_short": "send at least the minimum number of items",
     "json_invalid": "send valid JSON with Content-Type: application/json",
-    "model_attributes_type": "send a JSON object with Content-Type: application/json",
+    "model_attributes_type": "send a JSON object",
     "dict_type": "send a JSON object",
     "literal_error": "use one of the allowed values",
     "int_type": "send a JSON integer (not a string or true/false)",

@@ -105,7 +105,11 @@ def default_parts(settings: Settings) -> PipelineParts:
             from retrieval.catalog.formats import load_catalog
 
             log.info("building the first index from %s", settings.catalog)
-            return ToolIndex.build(load_catalog(settings.catalog), encoder=encoder())
+            catalog = load_catalog(settings.catalog, allow_empty=True)
+            if not len(catalog):
+                log.warning("%s holds no tools: the index starts empty (servers come from PUT /v1/servers)",
+                            settings.catalog)
+            return ToolIndex.build(catalog, encoder=encoder())
         if settings.index_dir is not None and (Path(settings.index_dir) / "manifest.json").exists():
             log.info("seeding the store from the saved index in %s", settings.index_dir)
             return load(Path(settings.index_dir))

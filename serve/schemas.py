@@ -60,8 +60,10 @@ class _Body(_Request):
     def _plain_json(cls, data: Any) -> Any:
         # Lone surrogates (not storable, and the tokenizers refuse them), NaN and infinities,
         # integers beyond 64 bits and deep nesting are refused here, naming the path.
-        if isinstance(data, (bytes, str)):   # a body the framework did not parse: not sent as JSON
+        if isinstance(data, bytes):   # a body the framework did not parse: not sent as JSON
             raise ValueError("the body was not read as JSON: send a JSON object with Content-Type: application/json")
+        if not isinstance(data, dict):
+            raise ValueError("the body must be a JSON object")
         check_json(data, "body", max_depth=MAX_BODY_DEPTH)
         return data
 

@@ -178,6 +178,17 @@ def test_an_extension_refuses_another_sets_design_or_none(tmp_path, capsys):
     assert ts.main(["draw", "--set", "fit", "--extend", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
     assert "--extend" in capsys.readouterr().err
     assert ts.main(["need-batches", "--extend", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert ts.main(["need-batches", "--extend", str(tmp_path), "--out", str(out)]) == 2   # a report design
+    assert "is a report design" in capsys.readouterr().err
+    assert ts.main(["draw", "--set", "report", "--extend", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert "another folder than --extend" in capsys.readouterr().err
+    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "n": 400, "tau": 0.05, "floor": 0.02,
+                                                      "requests": []}))
+    assert ts.main(["draw", "--set", "report", "--extend", str(tmp_path), "--out", str(out)]) == 2
+    assert "adds nothing" in capsys.readouterr().err
+    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "requests": []}))
+    assert ts.main(["draw", "--set", "report", "--extend", str(tmp_path), "--out", str(out)]) == 2
+    assert "not a design file" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -193,7 +204,10 @@ def test_read_can_leave_out_a_kind_whose_draw_was_not_judged(tmp_path, capsys):
     out = tmp_path / "out.json"
     assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out)]) == 2
     assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out), "--kinds", "a"]) == 0
-    rep = json.loads(out.read_text())["report"]
-    assert set(rep) == {"a", "all but Gorilla"} and rep["a"]["11-100"]["found"] == 5
+    data = json.loads(out.read_text())
+    rep = data["report"]
+    assert set(rep) == {"a", "all but Gorilla"} and rep["a"]["11-100"]["found"] == 5 and data["kinds"] == ["a"]
+    assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out),
+                    "--kinds", "a", "zz"]) == 2                      # a misspelt kind is refused, not dropped
     assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out), "--kinds", "z"]) == 2
     assert "no drawn request of z" in capsys.readouterr().err

@@ -210,7 +210,7 @@ def _load_wrapped(path: Path, items: list, problems: _Problems) -> Catalog:
     return _checked_catalog(path, tools, descriptions, problems)
 
 
-JSONL_FIELDS = frozenset({"server", "name", "description", "server_description", "inputSchema"})
+JSONL_FIELDS = frozenset({"server", "name", "description", "server_description", "inputSchema", "examples"})
 
 
 def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
@@ -231,12 +231,16 @@ def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
             desc = _text(row.get("description"), tat, "description", required=False)
             sdesc = _text(row.get("server_description"), tat, "server_description", required=False)
             schema = check_schema(row.get("inputSchema"), tat)
+            examples = row.get("examples") or []   # an index's own tools.jsonl carries them: read back, not lost
+            if not isinstance(examples, list) or not all(isinstance(e, str) for e in examples):
+                raise CatalogError(f"{tat}: field 'examples' must be a list of strings")
         except CatalogError as exc:
             problems.skip(server, exc)
             continue
         if sdesc:
             descriptions[server] = sdesc
-        tools.append(Tool(server, name, desc, schema, sdesc or descriptions.get(server, "")))
+        tools.append(Tool(server, name, desc, schema, sdesc or descriptions.get(server, ""),
+                          tuple(e.strip() for e in examples if e.strip())))
     if unread:   # most often a misspelt field ('desc'): its text would silently be missing from the index
         log.warning("%s: fields not read: %s; a line reads %s", path,
                     ", ".join(f"{k!r} (line {n})" for k, n in sorted(unread.items(), key=lambda kv: kv[1])[:5]),
@@ -274,16 +278,17 @@ def _checked_catalog(path: Path, tools: list[Tool], descriptions: dict[str, str]
     return Catalog(out, {k: v for k, v in descriptions.items() if k not in bad})
 
 
-def load_catalog(path: str | Path) -> Catalog:
+def load_catalog(path: str | Path, *, allow_empty: bool = False) -> Catalog:
     """Load a catalog file in any supported format (see module docstring), all or nothing.
 
     Surrounding spaces of server and tool names are removed (harmless); anything else wrong
     refuses the file. :func:`read_catalog` loads the servers that are fine instead.
 
     Raises:
-        CatalogError: the file is missing, not valid JSON, or a record is malformed.
+        CatalogError: the file is missing, not valid JSON, a record is malformed, or (unless
+            ``allow_empty``) it holds no tool at all.
     """
-    return _load(Path(path), _Problems(strict=True))
+    return _load(Path(path), _Problems(strict=True), allow_empty=allow_empty)
 
 
 def read_catalog(path: str | Path) -> tuple[Catalog, list[SkippedServer]]:
@@ -308,9 +313,9 @@ def read_catalog(path: str | Path) -> tuple[Catalog, list[SkippedServer]]:
     return catalog, skipped
 
 
-def _load(path: Path, problems: _Problems) -> Catalog:
+def _load(path: Path, problems: _Problems, allow_empty: bool = False) -> Catalog:
     catalog = _load_any(path, problems)
-    if not len(catalog) and not problems.skipped:
+    if not len(catalog) and not problems.skipped and not allow_empty:
         raise CatalogError(f"{path}: no tools in this file")
     return catalog
 

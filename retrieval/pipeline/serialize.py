@@ -9,6 +9,7 @@ from .results import ScoredTool, SearchResult
 __all__ = ["tool_to_dict", "result_to_dict", "previous_from_dict"]
 
 _DECISIONS = ("proceed", "search_again", "choose", "no_fit")
+_SOURCES = ("ranked", "always_available", "server_mention", "exact_name")
 
 
 def tool_to_dict(t: ScoredTool) -> dict[str, Any]:
@@ -58,10 +59,13 @@ def previous_from_dict(d: Any, where: str = "previous") -> SearchResult:
         try:
             p = float(r.get("probability") or 0.0)
             tid = ToolId(str(r["server"]), str(r["tool"]))
-        except (AttributeError, KeyError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
             raise ValueError(f"{where}: tools[{i}] needs 'server', 'tool' and a numeric 'probability'") from None
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"{where}: tools[{i}].probability must be in [0, 1] (got {p})")
-        tools.append(ScoredTool(tid, p, i + 1, str(r.get("source") or "ranked")))
+            raise ValueError(f"{where}: tools[{i}].probability must be in [0, 1] (got {p:g})")
+        source = r.get("source") or "ranked"
+        if source not in _SOURCES:
+            raise ValueError(f"{where}: tools[{i}].source must be one of {', '.join(_SOURCES)} (got {source!r})")
+        tools.append(ScoredTool(tid, p, i + 1, source))
     return SearchResult(decision=decision, tools=tools, best_probability=max((t.probability for t in tools), default=0.0),
                         attempt=attempt)

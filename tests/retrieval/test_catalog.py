@@ -407,6 +407,24 @@ def test_a_catalog_file_without_tools_is_refused(tmp_path):
             load_catalog(path)
         with pytest.raises(CatalogError, match="no tools in this file"):
             read_catalog(path)
+        assert len(load_catalog(path, allow_empty=True)) == 0   # the service may start from no tools
+
+
+def test_an_index_s_own_tools_file_loads_back_with_its_examples(tmp_path, caplog):
+    import json as _json
+    import logging
+
+    from retrieval.catalog.formats import CatalogError, load_catalog
+
+    path = tmp_path / "tools.jsonl"
+    path.write_text(_json.dumps({"server": "a", "name": "t1", "description": "x", "examples": ["do x", " "]}) + "\n"
+                    + _json.dumps({"server": "a", "name": "t2", "description": "y", "examples": []}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="retrieval.catalog.formats"):
+        cat = load_catalog(path)
+    assert [t.examples for t in cat.tools] == [("do x",), ()] and "fields not read" not in caplog.text
+    path.write_text(_json.dumps({"server": "a", "name": "t1", "examples": "do x"}) + "\n")
+    with pytest.raises(CatalogError, match="'examples' must be a list of strings"):
+        load_catalog(path)
 
 
 def test_a_field_the_jsonl_format_does_not_read_is_said(tmp_path, caplog):

@@ -244,3 +244,69 @@ def test_retrieval_cli_main_called_from_python_returns_to_its_caller(monkeypatch
     monkeypatch.setattr(subprocess, "call", lambda cmd: seen.append(cmd) or 3)
     assert main(["-v", "mcp", "--index", "x"]) == 3
     assert seen == [[sys.executable, "-m", "serve.commands", "-v", "mcp", "--index", "x"]]
+
+
+def test_two_servers_differing_in_case_are_not_guessed_between():
+    from retrieval.cli import _server_named
+
+    assert _server_named("github", ["GitHub", "Slack"]) == "GitHub"
+    with pytest.raises(ValueError, match="matches 'GitHub' and 'github': give the exact name"):
+        _server_named("GITHUB", ["GitHub", "github", "Slack"])
+    with pytest.raises(ValueError, match=r"did you mean 'GitHub', 'github'\?"):
+        _server_named("githb", ["GitHub", "github", "Slack"])
+
+
+def test_an_explanation_line_says_what_moved_a_tool_not_the_usual_reason():
+    from retrieval.cli import _explanation_line
+
+    e = {"bm25_rank": None, "dense_rank": 3, "matched_terms": [],
+         "reason": "ranked by calibrated probability; decision proceed (proceed at >= 0.83, list floor 0.05)"}
+    assert _explanation_line(e) == "bm25 -  dense #3"
+    e["reason"] += "; lowered: the request names GitHub, not this tool's server"
+    e["matched_terms"] = ["shard"]
+    assert _explanation_line(e) == "bm25 -  dense #3  stems: shard  lowered: the request names GitHub, not this tool's server"
+    assert _explanation_line({"bm25_rank": 1, "dense_rank": 1, "reason": "named exactly"}).endswith("named exactly")
+
+
+def test_a_malformed_previous_answer_is_named_in_one_line(built, tmp_path, capsys, monkeypatch):
+    import io
+
+    first = {"decision": "search_again", "attempt": 1,
+             "tools": [{"server": "Acme, Inc.", "tool": "list_invoices", "probability": 0.6}]}
+    bad = [({**first, "tools": [{**first["tools"][0], "source": "bogus"}]}, "source must be one of"),
+           ({**first, "tools": [{**first["tools"][0], "probability": 10 ** 400}]}, "numeric 'probability'"),
+           ({**first, "attempt": True}, "'attempt' must be a whole number")]
+    path = tmp_path / "prev.json"
+    for data, words in bad:
+        path.write_text(json.dumps(data))
+        assert main(["search", "--index", str(built), "x", "--previous", str(path), "--explain"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err
+    path.write_text("[" * 100000)
+    assert main(["search", "--index", str(built), "x", "--previous", str(path)]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+    assert main(["search", "--index", str(built), "x", "--previous", str(path), "--retrieval-only"]) == 2
+    assert "no use with --retrieval-only" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(first)))   # '-': the first answer on stdin
+    out = search_json(capsys, ["search", "--index", str(built), "list the unpaid invoices", "--previous", "-",
+                               "--json"])
+    assert out["attempt"] == 2
+
+
+def test_a_second_search_that_finds_less_keeps_the_first_answers_tools(built, tmp_path, capsys):
+    first = {"decision": "search_again", "attempt": 1,
+             "tools": [{"server": "Acme, Inc.", "tool": "list_invoices", "probability": 0.6},
+                       {"server": "Weather", "tool": "get_alerts", "probability": 0.3}]}
+    path = tmp_path / "prev.json"
+    path.write_text(json.dumps(first))
+    out = search_json(capsys, ["search", "--index", str(built), "qqq zzz", "--need", "xyzzy plugh", "--previous",
+                               str(path), "--json", "--no-model"])
+    # nothing fits the gibberish (retrieval-only confidence reads it under the floor): without the first answer
+    # the second search would end no_fit; with it, the first answer's tools come back with their probabilities
+    assert out["decision"] == "choose" and out["attempt"] == 2
+    assert [(t["server"], t["tool"], t["probability"]) for t in out["tools"]][:2] == \
+        [("Acme, Inc.", "list_invoices", 0.6), ("Weather", "get_alerts", 0.3)]
+    path.write_text(json.dumps({**first, "tools": []}))
+    alone = search_json(capsys, ["search", "--index", str(built), "qqq zzz", "--need", "xyzzy plugh", "--previous",
+                                 str(path), "--json", "--no-model"])
+    assert alone["decision"] == "no_fit"

@@ -63,6 +63,10 @@ def test_a_body_sent_without_its_json_content_type_says_how_to_send_it(client):
     r = client.post("/v1/search", content=b'{"request": "x"}', headers={**auth("acme"), "Content-Type": "text/plain"})
     assert r.status_code == 422
     assert "Content-Type: application/json" in r.json()["error"]["message"]
+    r = client.post("/v1/search", json="hello", headers=auth("acme"))             # JSON, but not an object
+    assert r.status_code == 422 and "must be a JSON object" in r.json()["error"]["message"]
+    r = client.post("/v1/search", json={"request": "x", "previous": 5}, headers=auth("acme"))
+    assert r.status_code == 422 and "Content-Type" not in r.json()["error"]["message"]   # a field, not the body
 
 
 def test_oversized_body_is_413_before_parsing(client):
