@@ -126,12 +126,11 @@ def _more_cases(set_name: str, per_kind: int, seed: int, skip: set[str], needs: 
     wide draw's requests (``wide_calibration.py``: the same requests, the same needs, organisations drawn as it
     draws them); the fit set takes MCP-Zero dev organisations (drawn as the flow draws them, from a stream of
     their own) and each training corpus's requests in a seeded order, with a blind need (``NEEDS_TAIL``)."""
-    from retrieval.catalog.eligibility import Eligibility
-    from retrieval.evaluation.agent_flow import Case
+    from benchmarks.wide_calibration import pool_cases
     from retrieval.index.default import load_or_build_default
     from retrieval.index.embedded import ToolIndex
     from retrieval.index.encoder import OnnxEncoder
-    from training.flow_cases import SETS, mcpzero_cases
+    from training.flow_cases import SETS
 
     needs = _pool_needs() if needs is None else needs
     split, corpora = SETS[set_name]
@@ -148,16 +147,8 @@ def _more_cases(set_name: str, per_kind: int, seed: int, skip: set[str], needs: 
             pool = [c for c in wide if c.catalog == name and c.id not in skip]
             room = len(pool)
         else:
-            if name == "mcpzero-org":
-                pool = [c for c in mcpzero_cases(split, needs, 10 ** 6, random.Random(f"tail:{seed}:{name}"), index)
-                        if c.answerable and c.id not in skip]
-            else:
-                pool = []
-                for q in _corpus_order(name, seed):
-                    n = needs.get(q.id)
-                    if q.id in skip or not n or not n.get("need"):
-                        continue
-                    pool.append(Case(q.id, q.query, name, Eligibility(), frozenset(q.lenient_targets), n["need"], None))
+            pool = pool_cases(name, split, needs, skip, index, random.Random(f"tail:{seed}:{name}"),
+                              lambda: _corpus_order(name, seed))
             room = per_kind - sum(1 for i in skip if _kind_of(i, name))
         cases = pool[:max(room, 0)]
         if not cases:

@@ -108,27 +108,33 @@ def need_batches(out: Path, per_kind: int, seed: int, n_batches: int) -> int:
 
 def _new_cases(per_kind: int, seed: int, index) -> list:
     """The requests added to each kind's flow rows (answerable, first search only), up to ``per_kind`` in all."""
-    from retrieval.catalog.eligibility import Eligibility
-    from retrieval.evaluation.agent_flow import Case
-    from training.flow_cases import mcpzero_cases
-
     needs, old_rows = _needs(), _old_rows()
     old = {r["id"] for r in old_rows}
     cases = []
     for name in ["mcpzero-org", *_kinds()]:
         have = sum(1 for r in old_rows if r["catalog"] == name and r["mode"] == "need")
-        if name == "mcpzero-org":   # organisations drawn as the flow draws them, from its own seed's stream
-            pool = [c for c in mcpzero_cases("test", needs, 10 ** 6, random.Random(f"{seed}:{name}"), index)
-                    if c.answerable and c.id not in old]
-        else:
-            pool = []
-            for q in _corpus_pool(name, seed):
-                n = needs.get(q.id)
-                if q.id in old or not n or not n.get("need"):
-                    continue
-                pool.append(Case(q.id, q.query, name, Eligibility(), frozenset(q.lenient_targets), n["need"], None))
+        pool = pool_cases(name, "test", needs, old, index, random.Random(f"{seed}:{name}"),
+                          lambda: _corpus_pool(name, seed))
         cases += pool[:max(per_kind - have, 0)]
     return cases
+
+
+def pool_cases(name: str, split: str, needs: dict, skip: set[str], index, rng: random.Random, order) -> list:
+    """A kind's answerable requests with a blind need, less ``skip``: MCP-Zero organisations drawn as the flow
+    draws them (on ``split``'s servers, from ``rng``'s stream), or a corpus's requests in ``order()``'s order."""
+    from retrieval.catalog.eligibility import Eligibility
+    from retrieval.evaluation.agent_flow import Case
+    from training.flow_cases import mcpzero_cases
+
+    if name == "mcpzero-org":
+        return [c for c in mcpzero_cases(split, needs, 10 ** 6, rng, index) if c.answerable and c.id not in skip]
+    pool = []
+    for q in order():
+        n = needs.get(q.id)
+        if q.id in skip or not n or not n.get("need"):
+            continue
+        pool.append(Case(q.id, q.query, name, Eligibility(), frozenset(q.lenient_targets), n["need"], None))
+    return pool
 
 
 def _twin_cases(cases: list, index) -> list:

@@ -37,6 +37,14 @@ def _request(rid, kind, pi, judged_at, tail_p=0.01, n=90):
             "judged_ids": [["S", f"{rid}_{i}"] for i in judged_at], "labelled_at": []}
 
 
+def _write_design(folder, reqs):
+    """A drawn report design and its items file, as ``draw`` writes them."""
+    (folder / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": reqs}))
+    (folder / "items.jsonl").write_text("".join(
+        json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
+                    "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n" for r in reqs))
+
+
 def test_each_judged_fit_counts_one_over_its_chance():
     reqs = [_request("a", "k", 0.5, [0, 30, 60]), _request("b", "k", 1.0, [5])]
     judged = {"a": {("S", "a_0"): 0.9, ("S", "a_30"): 0.1, ("S", "a_60"): 0.6}, "b": {("S", "b_5"): 1.0}}
@@ -62,10 +70,7 @@ def test_the_ratio_interval_brackets_the_ratio():
 
 def test_read_reports_and_refuses_an_unjudged_draw(tmp_path, capsys):
     reqs = [_request(f"q{i}", "ab"[i % 2], 0.5, [i % 90]) for i in range(40)]
-    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": reqs}))
-    (tmp_path / "items.jsonl").write_text("".join(
-        json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
-                    "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n" for r in reqs))
+    _write_design(tmp_path, reqs)
     answers = tmp_path / "judged_01.jsonl"
     answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {"1": 0.9} if i < 4 else {}}) + "\n"
                                for i, r in enumerate(reqs)))
@@ -85,10 +90,7 @@ def test_probe_read_sets_each_kinds_tail_level_and_reads_it(tmp_path, capsys):
     """A kind whose probes' tail candidates mostly fit moves its level up (and reads nearer what fits); a kind
     whose probes found none keeps the shipped tail; 0.16.0's reading maps the tail with the head's map."""
     reqs = [_request(f"{k}{i}", k, 1.0, [0], tail_p=0.001) for k in ("hub", "plain") for i in range(30)]
-    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": reqs}))
-    (tmp_path / "items.jsonl").write_text("".join(
-        json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
-                    "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n" for r in reqs))
+    _write_design(tmp_path, reqs)
     answers = tmp_path / "judged_01.jsonl"
     answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {"1": 0.9} if r["catalog"] == "hub" else {}})
                                + "\n" for r in reqs))
@@ -194,10 +196,7 @@ def test_an_extension_refuses_another_sets_design_or_none(tmp_path, capsys):
 
 def test_read_can_leave_out_a_kind_whose_draw_was_not_judged(tmp_path, capsys):
     reqs = [_request(f"q{i}", "ab"[i % 2], 0.5, [i % 90]) for i in range(10)]
-    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": reqs}))
-    (tmp_path / "items.jsonl").write_text("".join(
-        json.dumps({"id": r["id"], "catalog": r["catalog"], "query": "x",
-                    "candidates": [{"server": s, "tool": t} for s, t in r["judged_ids"]]}) + "\n" for r in reqs))
+    _write_design(tmp_path, reqs)
     answers = tmp_path / "judged_01.jsonl"   # only kind "a" judged
     answers.write_text("".join(json.dumps({"id": r["id"], "n": 1, "p": {"1": 0.9}}) + "\n"
                                for r in reqs if r["catalog"] == "a"))
