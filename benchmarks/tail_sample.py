@@ -470,6 +470,81 @@ def read(a: argparse.Namespace) -> int:
     return 0
 
 
+def _first_tools(rows: list[dict]) -> dict[str, list[str]]:
+    """Each answerable request's first tool of its first search with the need (as the result files name it)."""
+    return {r["id"]: r["tools1"][0] for r in rows
+            if r.get("mode") == "need" and r.get("answerable") and r.get("tools1")}
+
+
+def similarity(a: argparse.Namespace) -> int:
+    """Are the fits past the head near-twins of the request's first tool? The encoder's cosine between each judged
+    candidate and the first tool of its search (the flow's and the wide draw's rows say which), against the
+    judges' verdicts: its AUROC among the judged candidates and the fits per band of similarity (estimated: each
+    judged candidate counts one over its chance). Gorilla is left out (its tail is read already)."""
+    import numpy as np
+
+    from benchmarks.judged_flow import _Catalogs
+    from retrieval.evaluation.corpora import shippable_tool
+    from retrieval.evaluation.judged import read_judged
+    from retrieval.index.encoder import OnnxEncoder
+    from retrieval.index.text import tool_document
+
+    design = json.loads((a.dir / "design.json").read_text())
+    judged = read_judged(a.dir / "items.jsonl", a.judged)
+    try:
+        firsts = _first_tools([r for path in a.flow for r in json.loads(path.read_text())["rows"]])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: --flow: {exc}", file=sys.stderr)
+        return 2
+    catalogs = _Catalogs()
+    named: dict[str, dict] = {}   # kind -> the tools by the name the result files give them
+
+    def tool(kind: str, tid) -> object | None:
+        if kind not in named:
+            named[kind] = {tuple(shippable_tool(kind, (t.server, t.name))): t for t in catalogs.catalog(kind).tools}
+        return named[kind].get(tuple(tid))
+
+    pairs = []
+    for d in design["requests"]:
+        kind = d["catalog"]
+        if kind.startswith("gorilla") or d["id"] not in firsts or d["id"] not in judged:
+            continue
+        first = tool(kind, firsts[d["id"]])
+        for i, tid in zip(d["judged_at"], d["judged_ids"]):
+            cand = tool(kind, tid)
+            if first is not None and cand is not None:
+                pairs.append((kind, first, cand, judged[d["id"]].get(tuple(tid), 0.0) >= FITS, 1.0 / d["pi"][i]))
+    if not pairs:
+        print("error: no judged candidate whose request's first tool the rows name", file=sys.stderr)
+        return 2
+    texts = sorted({tool_document(t, with_examples=False) for _, f, c, _, _ in pairs for t in (f, c)})
+    emb = dict(zip(texts, OnnxEncoder().encode(texts)))
+    sims = np.array([float(np.dot(emb[tool_document(f, with_examples=False)], emb[tool_document(c, with_examples=False)]))
+                     for _, f, c, _, _ in pairs])
+    y = np.array([p[3] for p in pairs], dtype=bool)
+    w = np.array([p[4] for p in pairs])
+    from sklearn.metrics import roc_auc_score
+
+    auroc = float(roc_auc_score(y, sims)) if 0 < y.sum() < len(y) else None
+    bands = []
+    for lo, hi in ((0.8, 1.01), (0.7, 0.8), (0.5, 0.7), (-1.0, 0.5)):
+        m = (sims >= lo) & (sims < hi)
+        bands.append({"from": lo, "to": hi, "judged": int(m.sum()), "fits": int(y[m].sum()),
+                      "fits_estimated": float(np.sum(w[m] * y[m])), "candidates_estimated": float(np.sum(w[m]))})
+    write_result(a.out, {"environment": environment_stamp(), "design": str(a.dir), "pairs": len(pairs),
+                         "fits": int(y.sum()), "auroc": auroc, "fit_similarities": sorted(sims[y].round(3).tolist()),
+                         "bands": bands}, indent=1)
+    print(f"{design['set']} set, {len(pairs)} judged candidates past the head ({int(y.sum())} fits): AUROC of the "
+          f"cosine to the first tool {auroc if auroc is None else round(auroc, 3)}\n")
+    print("| cosine to the first tool | judged | fits found | fits, estimated | candidates, estimated |\n"
+          "|---|---:|---:|---:|---:|")
+    for b in bands:
+        print(f"| {b['from']:.1f}–{min(b['to'], 1):.1f} | {b['judged']} | {b['fits']} | {b['fits_estimated']:.1f} | "
+              f"{b['candidates_estimated']:.0f} |")
+    print(stamp_line(environment_stamp()))
+    return 0
+
+
 def probe_tails(a: argparse.Namespace) -> int:
     """The probes' own tail candidates, as ``toolrank index --calibrate`` draws them (``probes.tail_candidates``:
     one candidate past the head per probe search, drawn uniformly), on the probe searches of
@@ -735,6 +810,13 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--census-items", type=Path, help="as read's")
     q.add_argument("--census-judged", type=Path, nargs="*")
     q.add_argument("--out", type=Path, required=True)
+    sim = sub.add_parser("similarity", help="the judged candidates past the head against their cosine to the "
+                         "request's first tool")
+    sim.add_argument("--dir", type=Path, required=True)
+    sim.add_argument("--judged", type=Path, nargs="+", required=True)
+    sim.add_argument("--flow", type=Path, nargs="+", required=True,
+                     help="rows naming each request's first tool (agent-flow JSON; the wide draw's rows file)")
+    sim.add_argument("--out", type=Path, required=True)
     f = sub.add_parser("fits-agree", help="a second judge on the requests with judged fits past the head")
     f.add_argument("--mapping", type=Path, required=True, help="JSON list of {check_id, source, id}")
     f.add_argument("--second", type=Path, nargs="+", required=True)
@@ -747,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd in ("read", "probe-read") and bool(a.census_items) != bool(a.census_judged):
         print("error: --census-items and --census-judged go together", file=sys.stderr)
         return 2
-    return {"draw": draw, "need-batches": need_batches, "read": read, "probe-tails": probe_tails, "probe-read": probe_read,
+    return {"draw": draw, "need-batches": need_batches, "read": read, "similarity": similarity, "probe-tails": probe_tails, "probe-read": probe_read,
             "fits-agree": fits_agree}[a.cmd](a)
 
 

@@ -210,3 +210,30 @@ def test_read_can_leave_out_a_kind_whose_draw_was_not_judged(tmp_path, capsys):
                     "--kinds", "a", "zz"]) == 2                      # a misspelt kind is refused, not dropped
     assert ts.main(["read", "--dir", str(tmp_path), "--judged", str(answers), "--out", str(out), "--kinds", "z"]) == 2
     assert "no drawn request of z" in capsys.readouterr().err
+
+
+def test_similarity_reads_each_judged_candidate_against_its_first_tool(tmp_path, capsys):
+    """A near-twin of the first tool (another forge's create_issue) judged to fit, an unrelated tool judged not to:
+    the cosine ranks them, and each fit lands in its band with its weight (one over its chance)."""
+    req = {"id": "q1", "catalog": "mcpzero-org", "n_eligible": 100, "head_p": [0.9] + [0.01] * 9,
+           "tail_p": [0.001] * 90, "tail_r": [0.01] * 90, "pi": [0.5] + [1.0] * 89, "judged_at": [0, 1],
+           "judged_ids": [["GitLab", "create_issue"], ["Telegram", "send_message"]], "labelled_at": []}
+    (tmp_path / "design.json").write_text(json.dumps({"set": "report", "tau": 0.05, "floor": 0.02, "requests": [req]}))
+    (tmp_path / "items.jsonl").write_text(json.dumps({"id": "q1", "catalog": "mcpzero-org", "query": "x", "candidates": [
+        {"server": "GitLab", "tool": "create_issue"}, {"server": "Telegram", "tool": "send_message"}]}) + "\n")
+    answers = tmp_path / "judged_01.jsonl"
+    answers.write_text(json.dumps({"id": "q1", "n": 2, "p": {"1": 0.9}}) + "\n")
+    flow = tmp_path / "flow.json"
+    flow.write_text(json.dumps({"rows": [{"id": "q1", "mode": "need", "answerable": True,
+                                          "tools1": [["GitHub", "create_issue"]]}]}))
+    out = tmp_path / "sim.json"
+    assert ts.main(["similarity", "--dir", str(tmp_path), "--judged", str(answers), "--flow", str(flow),
+                    "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["pairs"] == 2 and res["fits"] == 1 and res["auroc"] == 1.0
+    fit_band = next(b for b in res["bands"] if b["fits"])
+    assert fit_band["fits_estimated"] == pytest.approx(2.0) and fit_band["from"] >= 0.5
+    assert "AUROC of the cosine" in capsys.readouterr().out
+    flow.write_text(json.dumps({"rows": []}))
+    assert ts.main(["similarity", "--dir", str(tmp_path), "--judged", str(answers), "--flow", str(flow),
+                    "--out", str(out)]) == 2
