@@ -589,6 +589,17 @@ def _hand_over(argv: list[str], replace: bool) -> int:
     return subprocess.call(cmd)
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args``, except that an option the command does not know is refused with that command's
+    usage (``toolrank search: error: unrecognized arguments: --top``), not the top-level one."""
+    ns, extras = parser.parse_known_args(argv)
+    if extras:
+        subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        sub = subs.choices.get(getattr(ns, "cmd", None)) if subs is not None else None
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extras)}")
+    return ns
+
+
 def main(argv: list[str] | None = None) -> int:
     """These four commands here, every other one handed to ``serve.commands``; a reader that closes the pipe early ends them quietly."""
     own = argv is None
@@ -599,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         # top-level CLI in a fresh interpreter (a process, not an import, so retrieval stays below serve).
         return _hand_over(argv, replace=own)
     try:
-        return run(build_parser().parse_args(argv))
+        return run(parse(build_parser(), argv))
     except BrokenPipeError:
         return quiet_broken_pipe()
 

@@ -107,7 +107,7 @@ def _main(argv: list[str] | None) -> int:
                 print(f"toolrank {command}: {collision}", file=sys.stderr)
                 return 2
             raise
-    return retrieval_cli.run(build_parser().parse_args(argv))
+    return retrieval_cli.run(retrieval_cli.parse(build_parser(), argv))
 
 
 if __name__ == "__main__":

@@ -310,3 +310,11 @@ def test_a_second_search_that_finds_less_keeps_the_first_answers_tools(built, tm
     alone = search_json(capsys, ["search", "--index", str(built), "qqq zzz", "--need", "xyzzy plugh", "--previous",
                                  str(path), "--json", "--no-model"])
     assert alone["decision"] == "no_fit"
+
+
+def test_an_unknown_option_is_refused_with_its_commands_usage(built, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["search", "--index", str(built), "x", "--top", "3"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "search: error: unrecognized arguments: --top 3" in err and "[--previous FILE]" in err
