@@ -139,6 +139,21 @@ def test_the_app_builds_the_real_pipeline_itself(tmp_path):
     assert (tmp_path / "store" / "CURRENT").read_text() == "v1\n"
 
 
+def test_the_service_starts_from_an_empty_catalog_file_and_says_so(tmp_path, caplog):
+    import logging
+
+    (tmp_path / "t.toml").write_text(TENANTS)
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    settings = Settings(config=tmp_path / "t.toml", index_dir=tmp_path / "store", catalog=empty,
+                        public_suggestions=False, model_dir=None)
+    with caplog.at_level(logging.WARNING, logger="serve.loading"):
+        with TestClient(create_app(settings)) as c:
+            wait_ready(c, timeout=180)
+            assert c.get("/readyz", headers=h("k-ops")).json()["index_version"] == 1
+    assert "holds no tools" in caplog.text
+
+
 @pytest.mark.slow
 def test_score_with_the_shipped_scorer(real_pipeline, tmp_path):
     scorer_pkg = pytest.importorskip("scorer")
