@@ -332,6 +332,8 @@ def _read_previous(path: str):
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ValueError(f"--previous: cannot read {path} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--previous: {path} is not UTF-8 text (an answer saved with --json is)") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -595,8 +597,11 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     ns, extras = parser.parse_known_args(argv)
     if extras:
         subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-        sub = subs.choices.get(getattr(ns, "cmd", None)) if subs is not None else None
-        (sub or parser).error(f"unrecognized arguments: {' '.join(extras)}")
+        cmd = getattr(ns, "cmd", None)
+        sub = subs.choices.get(cmd) if subs is not None else None
+        after = cmd in argv and all(i > argv.index(cmd) for i, a in enumerate(argv) if a in extras)
+        (sub if sub is not None and sub.add_help and after else parser).error(
+            f"unrecognized arguments: {' '.join(extras)}")
     return ns
 
 

@@ -552,7 +552,7 @@ class Gateway:
 
     def _want_calibration(self) -> None:
         """(event loop) With ``calibrate_probes``: calibrate the index once its tools settle, if it has no
-        calibration for this scorer and release (a run in progress is followed by one more)."""
+        calibration for this scorer and its probability models (a run in progress is followed by one more)."""
         if self.calibrate_probes is None or self._work is None:
             return
         if self._calibrating:

@@ -348,7 +348,8 @@ class CalibrationJob(BaseModel):
     calibration: dict[str, Any] | None = Field(None, description="The map this job fitted (when done).")
     catalog_calibration: dict[str, Any] | None = Field(
         None, description="The calibration the served index carries now (as /readyz shows it): a later catalog "
-                          "change drops it, a calibration of another scorer or release is not used.")
+                          "change drops it, a calibration measured with another scorer or other probability models "
+                          "(confidence models, tail) is not used.")
 
 
 # ------------------------------------------------------------------ errors and probes

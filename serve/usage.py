@@ -569,7 +569,7 @@ class UsageBook:
                         ) -> tuple[list[float], list[float], list[tuple[float, float, bool]]]:
         """The tenant's audits read once: the first tools' evidence (best probability before any map, 1 when the
         judge said it fits) and the tail candidates' (shipped probability, candidates it stands for, fits) — the
-        first audit of each request id for each, with ``model`` only those measured with that scorer and release,
+        first audit of each request id for each, with ``model`` only those measured with that scorer and its probability models,
         with ``question`` only those asked it (``TOOLRANK_AUDIT_QUESTION``); the newest ``AUDITS_KEPT`` of each."""
         if not (self.root / tenant_folder(tenant)).exists():
             return [], [], []
@@ -610,7 +610,7 @@ class UsageBook:
         """The tenant's recalibration (:mod:`retrieval.pipeline.recalibration`), or None: from its audits
         (``audits``: at least ``min_observations`` of them; pulled towards ``prior``, the served catalog's own
         map, or the identity), else from its feedback (``feedback``: enough observations, and better than the
-        shipped probabilities in cross-validation). ``model``: the served scorer and release (``Pipeline.model_key``);
+        shipped probabilities in cross-validation). ``model``: the served scorer and its probability models (``Pipeline.model_key``);
         audits measured with another are left out. Refitted when the tenant's files change (checked by their
         size and time), at most once per ``refit_s`` per tenant (the previous fit serves meanwhile); it reads the
         whole log, so call it off the event loop."""

@@ -231,9 +231,12 @@ def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
             desc = _text(row.get("description"), tat, "description", required=False)
             sdesc = _text(row.get("server_description"), tat, "server_description", required=False)
             schema = check_schema(row.get("inputSchema"), tat)
-            examples = row.get("examples") or []   # an index's own tools.jsonl carries them: read back, not lost
+            examples = row.get("examples")   # an index's own tools.jsonl carries them: read back, not lost
+            examples = [] if examples is None else examples
             if not isinstance(examples, list) or not all(isinstance(e, str) for e in examples):
                 raise CatalogError(f"{tat}: field 'examples' must be a list of strings")
+            for i, e in enumerate(examples):
+                check_text(e, f"{tat}, examples[{i}]")
         except CatalogError as exc:
             problems.skip(server, exc)
             continue

@@ -460,8 +460,9 @@ class Pipeline:
         (:data:`PROBABILITY_RULES`) and a digest of the models those rules read (the confidence models and the
         tail). A release that changes none of them keeps every calibration and audit (0.19.0; until 0.18.0
         toolrank's release was in the key, so each upgrade dropped them)."""
-        key = self.__dict__.get("_model_key")
-        if key is None:
+        models = (self.scorer, self.confidence, self.confidence_noex, self.tail_confidence, self.tail_calibration)
+        cached = self.__dict__.get("_model_key")
+        if cached is None or cached[0] != tuple(map(id, models)) or cached[1] != PROBABILITY_RULES:
             import hashlib
             from dataclasses import asdict
 
@@ -470,9 +471,9 @@ class Pipeline:
             parts.append(asdict(self.tail_calibration) if self.tail_calibration is not None else None)
             digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
             info = self.model_info
-            key = self.__dict__["_model_key"] = \
-                f"{info['name']}@{info['version']}/p{PROBABILITY_RULES}-{digest}"
-        return key
+            cached = self.__dict__["_model_key"] = (tuple(map(id, models)), PROBABILITY_RULES,
+                                                     f"{info['name']}@{info['version']}/p{PROBABILITY_RULES}-{digest}")
+        return cached[2]
 
     @property
     def model_info(self) -> dict[str, Any]:

@@ -57,7 +57,10 @@ def previous_from_dict(d: Any, where: str = "previous") -> SearchResult:
     tools = []
     for i, r in enumerate(rows):
         try:
-            p = float(r.get("probability") or 0.0)
+            raw = r["probability"]
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                raise TypeError(raw)
+            p = float(raw)
             tid = ToolId(str(r["server"]), str(r["tool"]))
         except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
             raise ValueError(f"{where}: tools[{i}] needs 'server', 'tool' and a numeric 'probability'") from None

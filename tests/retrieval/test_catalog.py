@@ -422,8 +422,12 @@ def test_an_index_s_own_tools_file_loads_back_with_its_examples(tmp_path, caplog
     with caplog.at_level(logging.WARNING, logger="retrieval.catalog.formats"):
         cat = load_catalog(path)
     assert [t.examples for t in cat.tools] == [("do x",), ()] and "fields not read" not in caplog.text
-    path.write_text(_json.dumps({"server": "a", "name": "t1", "examples": "do x"}) + "\n")
-    with pytest.raises(CatalogError, match="'examples' must be a list of strings"):
+    for bad in ("do x", "", {}, 0, False, [1]):
+        path.write_text(_json.dumps({"server": "a", "name": "t1", "examples": bad}) + "\n")
+        with pytest.raises(CatalogError, match="'examples' must be a list of strings"):
+            load_catalog(path)
+    path.write_text('{"server": "a", "name": "t1", "examples": ["ok \\ud800"]}\n')   # a lone surrogate
+    with pytest.raises(CatalogError, match=r"tool 't1', examples\[0\]"):
         load_catalog(path)
 
 

@@ -275,13 +275,18 @@ def test_a_malformed_previous_answer_is_named_in_one_line(built, tmp_path, capsy
              "tools": [{"server": "Acme, Inc.", "tool": "list_invoices", "probability": 0.6}]}
     bad = [({**first, "tools": [{**first["tools"][0], "source": "bogus"}]}, "source must be one of"),
            ({**first, "tools": [{**first["tools"][0], "probability": 10 ** 400}]}, "numeric 'probability'"),
-           ({**first, "attempt": True}, "'attempt' must be a whole number")]
+           ({**first, "attempt": True}, "'attempt' must be a whole number"),
+           ({**first, "tools": [{**first["tools"][0], "probability": True}]}, "numeric 'probability'"),
+           ({**first, "tools": [{"server": "Acme, Inc.", "tool": "list_invoices"}]}, "numeric 'probability'")]
     path = tmp_path / "prev.json"
     for data, words in bad:
         path.write_text(json.dumps(data))
         assert main(["search", "--index", str(built), "x", "--previous", str(path), "--explain"]) == 2
         err = capsys.readouterr().err
         assert words in err and "Traceback" not in err
+    path.write_bytes(b"\xff\xfe not text")
+    assert main(["search", "--index", str(built), "x", "--previous", str(path)]) == 2
+    assert "is not UTF-8 text" in capsys.readouterr().err
     path.write_text("[" * 100000)
     assert main(["search", "--index", str(built), "x", "--previous", str(path)]) == 2
     assert "nested too deeply" in capsys.readouterr().err
@@ -318,3 +323,6 @@ def test_an_unknown_option_is_refused_with_its_commands_usage(built, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "search: error: unrecognized arguments: --top 3" in err and "[--previous FILE]" in err
+    with pytest.raises(SystemExit):
+        main(["--bogus", "search", "--index", str(built), "x"])          # before the command: the top level's
+    assert "search: error" not in capsys.readouterr().err

@@ -12,6 +12,7 @@ import pytest
 from retrieval.catalog.eligibility import Eligibility
 from retrieval.catalog.model import Catalog, Tool, ToolId
 from retrieval.index.embedded import ToolIndex
+from retrieval.pipeline import flow
 from retrieval.pipeline.confidence import ConfidenceModel
 from retrieval.pipeline.decision import Policy
 from retrieval.pipeline.flow import Pipeline
@@ -328,7 +329,7 @@ def test_an_index_changed_in_place_stops_mapping_at_once():
     assert mapped.raw_best == pytest.approx(0.8)                               # the shipped scale
     hits = index.retrieve("weather forecast for paris", k=5)
     assert max(pipe.probabilities("weather forecast for paris", None, hits)) > 0.9   # the public reader maps too
-    assert "/p1-" in pipe.model_key
+    assert f"/p{flow.PROBABILITY_RULES}-" in pipe.model_key
     index.upsert_server("Weather", "", [Tool("Weather", "get_forecast", "Weather forecast for a city (v2)")])
     assert index.calibration is None and pipe.catalog_calibration is None
     assert pipe.search("weather forecast for paris").best_probability == pytest.approx(0.8)
@@ -712,3 +713,17 @@ def test_the_model_key_names_the_scorer_and_its_probability_models_not_the_relea
                     confidence=other).model_key != key        # another confidence model: another key
     monkeypatch.setattr(flow, "PROBABILITY_RULES", flow.PROBABILITY_RULES + 1)
     assert pipeline().model_key != key                        # rules changed in code: another key
+
+
+
+def test_the_model_key_reads_the_models_a_pipeline_uses_now():
+    from retrieval.pipeline.confidence import TailCalibration
+    from scorer import default_model_path
+
+    shipped = Pipeline(ToolIndex(catalog(), HashEncoder(), with_examples=False),
+                       FakeScorer({}, default=0.3, path=default_model_path()))
+    key = shipped.model_key
+    assert shipped.tail_calibration is not None and shipped.tail_confidence is not None   # the shipped models read
+    assert shipped.with_index(ToolIndex(catalog(), HashEncoder(), with_examples=False)).model_key == key
+    shipped.tail_calibration = TailCalibration(-1.0, 0.0, 0.0, 0.0)   # reassigned after the key was read
+    assert shipped.model_key != key
