@@ -237,3 +237,51 @@ def test_similarity_reads_each_judged_candidate_against_its_first_tool(tmp_path,
     flow.write_text(json.dumps({"rows": []}))
     assert ts.main(["similarity", "--dir", str(tmp_path), "--judged", str(answers), "--flow", str(flow),
                     "--out", str(out)]) == 2
+
+
+def test_an_extension_draws_new_requests_with_the_earlier_chances_and_keeps_the_earlier_sample(tmp_path, monkeypatch):
+    """``draw --extend``: the earlier design's tau and floor are reused (not refitted to a budget), its requests and
+    items come first and unchanged, and only the added requests are drawn — each candidate judged with chance
+    ``max(floor, s / tau)`` of the student's probability ``s``."""
+    import types
+
+    import benchmarks.judged_flow as jf
+    import retrieval.evaluation.agent_flow as af
+    import retrieval.pipeline.flow as pf
+    import scorer as scorer_pkg
+    from retrieval.catalog.model import ToolId
+
+    earlier_dir = tmp_path / "earlier"
+    earlier_dir.mkdir()
+    old = _request("acebench:old", "acebench", 0.5, [0])
+    _write_design(earlier_dir, [old])
+    design = json.loads((earlier_dir / "design.json").read_text())
+    (earlier_dir / "design.json").write_text(json.dumps({**design, "set": "fit", "n": 1, "tau": 0.2, "floor": 0.05}))
+    old_items = (earlier_dir / "items.jsonl").read_text()
+
+    tools = [ToolId("acebench", f"t{i}") for i in range(100)]
+    hits = [types.SimpleNamespace(tool_id=t) for t in tools]
+    index = types.SimpleNamespace(catalog={t: t for t in tools},
+                                  retrieve=lambda *a, **k: hits)
+    case = types.SimpleNamespace(id="acebench:new", request="r", need="n", eligible=None, targets={tools[12]})
+    monkeypatch.setattr(ts, "_more_cases", lambda set_name, n, seed, skip: iter([("acebench", index, [case])])
+                        if skip == {"acebench:old"} and n == 400 else iter([]))
+    scores = [0.9 if i == 0 else 0.0 for i in range(90)]   # rank 11 certain, the others at the floor
+    monkeypatch.setattr(scorer_pkg.Scorer, "load", classmethod(lambda cls, *a, **k: types.SimpleNamespace(
+        score=lambda request, need, cands: scores[:len(cands)])))
+    monkeypatch.setattr(pf, "Pipeline", lambda index, scorer, policy: types.SimpleNamespace(index=index))
+    monkeypatch.setattr(af, "run_case", lambda pipe, c, mode, first_only: {
+        "n_eligible": 100, "head_p": [0.5] * 10, "tail_p": [0.001] * 90, "tail_r": [0.01] * 90})
+    monkeypatch.setattr(jf, "_queries", lambda flow, ids: {i: "the request" for i in ids})
+    out = tmp_path / "more"
+    assert ts.main(["draw", "--set", "fit", "--extend", str(earlier_dir), "--out", str(out)]) == 0
+    drawn = json.loads((out / "design.json").read_text())
+    assert (drawn["tau"], drawn["floor"], drawn["n"]) == (0.2, 0.05, 400) and drawn["earlier"]["n"] == 1
+    assert [d["id"] for d in drawn["requests"]] == ["acebench:old", "acebench:new"]
+    assert drawn["requests"][0] == old
+    new = drawn["requests"][1]
+    assert new["pi"][0] == 1.0 and set(new["pi"][1:]) == {0.05} and new["labelled_at"] == [2]
+    assert 0 in new["judged_at"]                                         # chance 1: always judged
+    items = (out / "items.jsonl").read_text()
+    assert items.startswith(old_items) and items.count("\n") == 2
+    assert json.loads(items.splitlines()[1])["query"] == "the request"
