@@ -39,13 +39,13 @@ def log_words(text: str) -> float:
 
 
 def _texts(folders: list[Path]) -> dict[str, str]:
+    """Each probe's request, the first folder that has it winning (``catalog_probes.load_probes`` reads them)."""
+    from benchmarks.catalog_probes import load_probes
+
     out: dict[str, str] = {}
     for folder in folders:
-        for path in sorted(folder.glob("requests_*.jsonl")):
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    r = json.loads(line)
-                    out.setdefault(str(r["id"]), str(r.get("request") or ""))
+        for probe in load_probes(folder):
+            out.setdefault(probe["id"], probe["request"])
     return out
 
 

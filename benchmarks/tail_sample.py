@@ -113,11 +113,9 @@ def _pool_needs() -> dict[str, dict]:
 
 def _corpus_order(name: str, seed: int) -> list:
     """A corpus's requests in a seeded order of their own (an extension's pool; the flow's draw is untouched)."""
-    from retrieval.evaluation.corpora import load_corpus
+    from benchmarks.wide_calibration import _corpus_pool
 
-    qs = list(load_corpus(name).questions)
-    random.Random(f"tail:{seed}:{name}").shuffle(qs)
-    return qs
+    return _corpus_pool(name, f"tail:{seed}")
 
 
 def _more_cases(set_name: str, per_kind: int, seed: int, skip: set[str], needs: dict | None = None):
@@ -484,7 +482,7 @@ def similarity(a: argparse.Namespace) -> int:
     import numpy as np
 
     from benchmarks.judged_flow import _Catalogs
-    from retrieval.evaluation.corpora import shippable_tool
+    from retrieval.catalog.model import ToolId
     from retrieval.evaluation.judged import read_judged
     from retrieval.index.encoder import OnnxEncoder
     from retrieval.index.text import tool_document
@@ -497,12 +495,10 @@ def similarity(a: argparse.Namespace) -> int:
         print(f"error: --flow: {exc}", file=sys.stderr)
         return 2
     catalogs = _Catalogs()
-    named: dict[str, dict] = {}   # kind -> the tools by the name the result files give them
 
-    def tool(kind: str, tid) -> object | None:
-        if kind not in named:
-            named[kind] = {tuple(shippable_tool(kind, (t.server, t.name))): t for t in catalogs.catalog(kind).tools}
-        return named[kind].get(tuple(tid))
+    def tool(kind: str, tid) -> object | None:   # the catalog's tool behind a result file's name (or digest)
+        real = catalogs.real(kind, tid)
+        return catalogs.catalog(kind).get(ToolId(*real)) if real else None
 
     pairs = []
     for d in design["requests"]:

@@ -70,8 +70,8 @@ def _old_rows() -> list[dict]:
     return [r for r in _report_rows() if r.get("mode") in MODES and r.get("answerable")]
 
 
-def _corpus_pool(name: str, seed: int) -> list:
-    """A corpus's requests in a seeded order."""
+def _corpus_pool(name: str, seed: int | str) -> list:
+    """A corpus's requests in a seeded order (``seed`` and the corpus's name key the shuffle)."""
     from retrieval.evaluation.corpora import load_corpus
 
     qs = list(load_corpus(name).questions)

@@ -91,19 +91,20 @@ def _served_version(path: Path) -> Path:
     """The folder to read for ``--index``: an index folder as it is, or, for a store ``toolrank serve`` keeps
     (a ``CURRENT`` file naming its ``v<N>`` folder), the version it serves now — not the older copy a store
     seeded from an index folder keeps at its top."""
-    import re
+    from .fsutil import pointed_version
 
     pointer = path / "CURRENT"
     try:
-        name = pointer.read_text(encoding="utf-8").strip()
-    except (FileNotFoundError, NotADirectoryError):
-        if pointer.is_symlink():
-            raise ValueError(f"{pointer}: a link to nothing; point it at a version folder, or remove it") from None
-        return path
+        version = pointed_version(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{pointer}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
-    if not re.fullmatch(r"v\d+", name) or not (path / name).is_dir():
-        raise ValueError(f"{path}: its CURRENT names {name[:40]!r}, which is not a version folder here")
+    if version is None:
+        if pointer.is_symlink():
+            raise ValueError(f"{pointer}: a link to nothing; point it at a version folder, or remove it")
+        return path
+    name = f"v{version}"
+    if not (path / name).is_dir():
+        raise ValueError(f"{path}: its CURRENT names {name!r}, which is not a version folder here")
     print(f"reading {path / name} (the version the store's CURRENT names)", file=sys.stderr)
     return path / name
 

@@ -1,8 +1,10 @@
-"""Replacing a folder atomically: one way for every store that writes a new version aside first."""
+"""Replacing a folder atomically: one way for every store that writes a new version aside first; and the
+version a store's ``CURRENT`` pointer names (the service's index store writes it, the CLI reads it)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -10,7 +12,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["replace_dir", "written_aside"]
+__all__ = ["VERSION_DIR", "pointed_version", "replace_dir", "written_aside"]
+
+VERSION_DIR = re.compile(r"^v(\d+)$")   # a store's version folders: v1, v2, ...
+
+
+def pointed_version(root: Path, pointer: str = "CURRENT") -> int | None:
+    """The version ``root/pointer`` names (``v3`` -> 3); None where there is no such file. Raises ``ValueError``
+    when it names something else (``UnicodeDecodeError``, itself one, when it is not text)."""
+    path = root / pointer
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    m = VERSION_DIR.match(text)
+    if not m:
+        raise ValueError(f"{path}: expected a version name like 'v3', found {text[:40]!r}")
+    return int(m.group(1))
 
 
 @contextmanager

@@ -31,11 +31,12 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from retrieval.fsutil import VERSION_DIR, pointed_version
+
 __all__ = ["IndexStore", "StoreError", "ReadOnlyStoreError"]
 
 log = logging.getLogger(__name__)
 
-_VERSION_DIR = re.compile(r"^v(\d+)$")
 # What ToolIndex.save and _point_to leave behind when a process dies half-way.
 _LEFTOVER = re.compile(r"^\.(?:v\d+\.(?:tmp|old)-.*|CURRENT\.tmp-.*)$")
 
@@ -112,13 +113,11 @@ class IndexStore:
     def current_version(self) -> int | None:
         """The version CURRENT names, or None for a store not yet seeded."""
         try:
-            text = self.pointer.read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            return None
-        m = _VERSION_DIR.match(text)
-        if not m:
-            raise StoreError(f"{self.pointer}: expected a version name like 'v3', found {text[:40]!r}")
-        return int(m.group(1))
+            return pointed_version(self.root, self.pointer.name)
+        except UnicodeDecodeError:
+            raise
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
 
     def load(self, version: int) -> Any:
         """Load one version's index folder."""
@@ -167,7 +166,7 @@ class IndexStore:
     def versions_on_disk(self) -> list[int]:
         out = []
         for child in self.root.iterdir():
-            m = _VERSION_DIR.match(child.name)
+            m = VERSION_DIR.match(child.name)
             if m and child.is_dir():
                 out.append(int(m.group(1)))
         return sorted(out)

@@ -224,7 +224,8 @@ def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
             if not isinstance(row, dict):
                 raise CatalogError(f"{at}: each line must be a JSON object")
             for key in row:
-                unread.setdefault(str(key), lineno) if key not in JSONL_FIELDS else None
+                if key not in JSONL_FIELDS:
+                    unread.setdefault(str(key), lineno)
             server = _file_name(_text(row.get("server"), at, "server", required=True))
             name = _file_name(_text(row.get("name"), f"{at}, server '{server}'", "name", required=True))
             tat = f"{at}, server '{server}', tool '{name}'"
@@ -232,11 +233,7 @@ def _load_jsonl(path: Path, problems: _Problems) -> Catalog:
             sdesc = _text(row.get("server_description"), tat, "server_description", required=False)
             schema = check_schema(row.get("inputSchema"), tat)
             examples = row.get("examples")   # an index's own tools.jsonl carries them: read back, not lost
-            examples = [] if examples is None else examples
-            if not isinstance(examples, list) or not all(isinstance(e, str) for e in examples):
-                raise CatalogError(f"{tat}: field 'examples' must be a list of strings")
-            for i, e in enumerate(examples):
-                check_text(e, f"{tat}, examples[{i}]")
+            examples = [] if examples is None else _example_list(examples, tat)
         except CatalogError as exc:
             problems.skip(server, exc)
             continue
@@ -342,6 +339,15 @@ def _load_any(path: Path, problems: _Problems) -> Catalog:
     raise CatalogError(f"{path}: unrecognised catalog format (expected MCP-Zero list, wrapped tools/list, or JSONL)")
 
 
+def _example_list(value: Any, at: str) -> list[str]:
+    """A tool's example requests as a file gives them: a list of strings, each a valid text."""
+    if not isinstance(value, list) or not all(isinstance(e, str) for e in value):
+        raise CatalogError(f"{at}: 'examples' must be a list of strings")
+    for i, e in enumerate(value):
+        check_text(e, f"{at}, examples[{i}]")
+    return value
+
+
 def load_examples(path: str | Path) -> dict[ToolId, list[str]]:
     """Example requests per tool: ``{"server", "tool", "examples": [...]}`` per line."""
     path = Path(path)
@@ -352,11 +358,7 @@ def load_examples(path: str | Path) -> dict[ToolId, list[str]]:
             raise CatalogError(f"{at}: each line must be a JSON object")
         server = unicodedata.normalize("NFC", _text(row.get("server"), at, "server", required=True))
         tool = unicodedata.normalize("NFC", _text(row.get("tool"), at, "tool", required=True))
-        ex = row.get("examples")
-        if not isinstance(ex, list) or not all(isinstance(e, str) for e in ex):
-            raise CatalogError(f"{at}, server '{server}', tool '{tool}': 'examples' must be a list of strings")
-        for i, e in enumerate(ex):
-            check_text(e, f"{at}, examples[{i}]")
+        ex = _example_list(row.get("examples"), f"{at}, server '{server}', tool '{tool}'")
         tid = ToolId(server, tool)
         if tid in out:
             raise CatalogError(f"{at}: duplicate examples for {tid}")

@@ -6,7 +6,7 @@ from typing import Any
 
 from .results import ScoredTool, SearchResult
 
-__all__ = ["tool_to_dict", "result_to_dict", "previous_from_dict"]
+__all__ = ["tool_to_dict", "result_to_dict", "previous_from_dict", "earlier_answer"]
 
 _DECISIONS = ("proceed", "search_again", "choose", "no_fit")
 _SOURCES = ("ranked", "always_available", "server_mention", "exact_name")
@@ -70,5 +70,11 @@ def previous_from_dict(d: Any, where: str = "previous") -> SearchResult:
         if source not in _SOURCES:
             raise ValueError(f"{where}: tools[{i}].source must be one of {', '.join(_SOURCES)} (got {source!r})")
         tools.append(ScoredTool(tid, p, i + 1, source))
+    return earlier_answer(decision, attempt, tools)
+
+
+def earlier_answer(decision: str, attempt: int, tools: list[ScoredTool]) -> SearchResult:
+    """An earlier answer as a second search reads it: its decision, attempt and tools (best first), its best
+    probability the highest of theirs (0 without tools)."""
     return SearchResult(decision=decision, tools=tools, best_probability=max((t.probability for t in tools), default=0.0),
                         attempt=attempt)

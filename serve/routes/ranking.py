@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 
 from retrieval.catalog.model import Tool, ToolId
 from retrieval.pipeline.results import ScoredTool, SearchResult
+from retrieval.pipeline.serialize import earlier_answer
 
 from ..audits import recalibration_args
 from ..deps import AppState, CallerTenant, ServedSnapshot
@@ -114,9 +115,7 @@ def _previous(previous: PreviousAttempt | None, tenant: Tenant, legacy: bool = F
         return None
     tools = [ScoredTool(ToolId(r.server, r.tool), float(r.probability or 0.0), i + 1, r.source or "ranked")
              for i, r in enumerate(previous.tools) if not legacy and tenant.eligibility.allows((r.server, r.tool))]
-    return SearchResult(decision=previous.decision, tools=tools,
-                        best_probability=max((t.probability for t in tools), default=0.0),
-                        attempt=previous.attempt)
+    return earlier_answer(previous.decision, previous.attempt, tools)
 
 
 _GENERIC_MESSAGES = {
